@@ -1,0 +1,20 @@
+"""PyramidKV (Cai et al., 2024): SnapKV scores with a budget that shrinks layer by layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from baselines.snapkv import SnapKV
+from restkv.registry import register_policy
+
+
+@register_policy("pyramidkv")
+@dataclass
+class PyramidKV(SnapKV):
+    """SnapKV with PyramidKV's per-layer schedule (``beta`` sets the slope).
+
+    The schedule alone combines with any scorer: ``ReSTKV(schedule="pyramid")``.
+    """
+
+    schedule: str = "pyramid"
+    beta: float = 20.0

@@ -1,0 +1,24 @@
+"""SnapKV (Li et al., 2024): keep the tokens the observation window attends to most."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from restkv.registry import register_policy
+from restkv.scoring_policy import ScoringPolicy
+
+
+@register_policy("snapkv")
+@dataclass
+class SnapKV(ScoringPolicy):
+    """Window attention summed over the window's queries, smoothed by a centred average.
+
+    As in the ReST-KV authors' framework: sum (not mean; the ranking is the same), average
+    pooling with kernel 5 counting the zero padding; ``spatial='maxpool'`` gives the max-pooling
+    variant.
+    """
+
+    indicator: str = "attention"
+    temporal: str = "sum"
+    spatial: str = "avgpool"
+    kernel: int = 5

@@ -1,0 +1,41 @@
+"""StreamingLLM (Xiao et al., 2024): attention sinks plus the most recent tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from restkv.policy import LayerInputs, Policy, check_choice, check_number
+from restkv.registry import register_policy
+
+VARIANTS = ("sinks", "prefix")
+
+
+@register_policy("streamingllm")
+@dataclass
+class StreamingLLM(Policy):
+    """Position-only eviction; no attention is read.
+
+    ``variant='sinks'`` (the StreamingLLM paper): the first ``sinks`` tokens plus the most
+    recent ones. ``variant='prefix'`` (what the ReST-KV authors' framework runs): the first
+    ``budget - window`` tokens plus the window.
+    """
+
+    variant: str = "sinks"
+    sinks: int = 4
+
+    def validate(self) -> None:
+        super().validate()
+        check_choice(type(self).__name__, "variant", self.variant, VARIANTS)
+        check_number(type(self).__name__, "sinks", self.sinks, low=0, low_open=False, integer=True)
+
+    def score(self, inputs: LayerInputs, keep: int) -> torch.Tensor:
+        past = inputs.length - self.window
+        position = torch.arange(past, device=inputs.keys.device, dtype=torch.float32)
+        if self.variant == "prefix":
+            scores = -position
+        else:
+            scores = torch.where(position < self.sinks, past + 1.0, position)
+        b, h = inputs.queries.shape[:2]
+        return scores.expand(b, h, past)

@@ -1,0 +1,1 @@
+"""Evaluation harness: benchmarks, metrics, the Hydra runner and latency measurements."""

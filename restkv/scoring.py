@@ -1,0 +1,270 @@
+"""Scoring stages as pure tensor functions: no model objects, no transformers imports.
+
+A scoring policy ranks every *past* token (all but the observation window) of one layer:
+
+    window attention -> indicator -> temporal aggregation -> spatial smoothing
+
+Shapes used throughout (``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``w`` window,
+``L`` sequence, ``P = L - w`` past tokens, ``d`` head dim):
+
+- queries ``[b, h, w, d]`` (the window's queries, position-encoded as the model used them)
+- keys, values ``[b, h_kv, L, d]``
+- window attention ``[b, h, w, L]`` (float32), scores ``[b, h, P]`` (float32)
+
+Grouped-query attention is handled by viewing query heads as ``[h_kv, group]``: keys and
+values are never repeated in memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+SATURATION_EPS = 1e-6
+"""``1 - a`` is floored at this value in the odds ratio ``a / (1 - a)`` (see `reconstruction_odds`)."""
+
+
+def _group(x: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
+    """View ``[b, h, ...]`` as ``[b, h_kv, group, ...]``."""
+    b, h = x.shape[:2]
+    if h % num_kv_heads:
+        raise ValueError(f"query heads ({h}) must be a multiple of key/value heads ({num_kv_heads})")
+    return x.view(b, num_kv_heads, h // num_kv_heads, *x.shape[2:])
+
+
+def window_attention(
+    queries: torch.Tensor, keys: torch.Tensor, scaling: float | None = None
+) -> torch.Tensor:
+    """Softmax attention of the window's queries over all keys, causal inside the window.
+
+    Returns float32 ``[b, h, w, L]``; rows sum to one. The window's queries occupy the last
+    ``w`` positions, so query ``i`` of the window sees keys ``0 .. L - w + i``.
+    """
+    b, h, w, d = queries.shape
+    num_kv, length = keys.shape[1], keys.shape[2]
+    if w > length:
+        raise ValueError(f"window ({w}) is longer than the sequence ({length})")
+    scaling = d**-0.5 if scaling is None else scaling
+    q = _group(queries.float(), num_kv)  # [b, kv, g, w, d]
+    logits = torch.matmul(q, keys.float().unsqueeze(2).transpose(-1, -2)) * scaling  # [b, kv, g, w, L]
+    logits = logits.view(b, h, w, length)
+    future = torch.ones(w, w, dtype=torch.bool, device=queries.device).triu(1)
+    logits[..., length - w :].masked_fill_(future, float("-inf"))
+    return logits.softmax(dim=-1)
+
+
+# --- temporal aggregation over the window's queries -------------------------------------------------
+
+TEMPORAL = ("sum", "mean", "ema", "inv_ema", "last")
+
+
+def temporal_weights(kind: str, window: int, alpha: float, device: torch.device | None = None) -> torch.Tensor:
+    """Weights ``[w]`` (oldest query first) whose dot product with the rows aggregates them.
+
+    ``ema`` is the recursion ``m <- alpha * x_t + (1 - alpha) * m`` started at the first row,
+    i.e. the newest query weighs ``alpha``; ``inv_ema`` runs it from the newest row backwards.
+    """
+    if kind == "sum":
+        weights = torch.ones(window, dtype=torch.float64)
+    elif kind == "mean":
+        weights = torch.full((window,), 1.0 / window, dtype=torch.float64)
+    elif kind in ("ema", "inv_ema"):
+        age = torch.arange(window - 1, -1, -1, dtype=torch.float64)  # newest row has age 0
+        weights = alpha * (1 - alpha) ** age
+        weights[0] = (1 - alpha) ** (window - 1)
+        if kind == "inv_ema":
+            weights = weights.flip(0)
+    elif kind == "last":
+        weights = torch.zeros(window, dtype=torch.float64)
+        weights[-1] = 1.0
+    else:
+        raise ValueError(f"unknown temporal aggregation {kind!r}; allowed: {', '.join(TEMPORAL)}")
+    return weights.to(device=device, dtype=torch.float32)
+
+
+def aggregate(rows: torch.Tensor, kind: str, alpha: float) -> torch.Tensor:
+    """Aggregate ``[..., w, P]`` over the window axis into ``[..., P]``."""
+    weights = temporal_weights(kind, rows.shape[-2], alpha, rows.device)
+    return torch.einsum("...wp,w->...p", rows, weights)
+
+
+# --- indicators ------------------------------------------------------------------------------------
+
+def output_gram(o_proj_weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Per-head Gram matrices ``W_o^h^T W_o^h``: ``[h, d, d]`` float32.
+
+    ``||W_o^h x||^2 = x^T G_h x``, so distances in the layer's output space cost a
+    ``d x d`` product per token instead of a ``hidden``-sized projection.
+    ``o_proj_weight`` is ``[hidden, h * d]`` as ``nn.Linear`` stores it.
+    """
+    hidden, width = o_proj_weight.shape
+    if width % num_heads:
+        raise ValueError(f"o_proj input width {width} is not a multiple of {num_heads} heads")
+    per_head = o_proj_weight.float().view(hidden, num_heads, width // num_heads).transpose(0, 1)  # [h, hidden, d]
+    return per_head.transpose(1, 2) @ per_head
+
+
+def _quadratic_norm(diff: torch.Tensor, gram: torch.Tensor | None) -> torch.Tensor:
+    """``sqrt(x^T G x)`` over the last axis; plain L2 norm when ``gram`` is None.
+
+    ``gram``'s leading axes broadcast against ``diff``'s head axes.
+    """
+    if gram is None:
+        return diff.norm(dim=-1)
+    return ((diff @ gram) * diff).sum(-1).clamp_min(0).sqrt()
+
+
+def odds(attention: torch.Tensor) -> torch.Tensor:
+    """``a / (1 - a)`` with ``1 - a`` floored at `SATURATION_EPS` so saturated weights stay finite."""
+    return attention / (1 - attention).clamp_min(SATURATION_EPS)
+
+
+def reconstruction_after(
+    attention: torch.Tensor,
+    values: torch.Tensor,
+    gram: torch.Tensor | None,
+    tau: float,
+    chunk: int = 2048,
+) -> torch.Tensor:
+    """ReST-KV's output-change score from an aggregated attention row (``after`` order).
+
+    ``attention`` ``[b, h, P]`` is the aggregated weight of each past token; the head output is
+    rebuilt from past tokens only, ``o = sum_j a_j v_j``, and token ``j`` scores
+    ``a_j / (1 - a_j) * ||W_o^h (o - v_j)||^tau``: the change of the head's projected output
+    when ``j`` alone is removed and the softmax renormalises. ``gram=None`` drops ``W_o``.
+
+    A token holding all the attention (``1 - a_j`` below `SATURATION_EPS`) has ``o == v_j`` up to
+    rounding, so its distance is replaced by ``||W_o^h v_j||`` (the output it alone carries); it
+    then ranks first instead of producing ``inf * 0 = NaN`` as the reference code does.
+    """
+    b, h, past = attention.shape
+    num_kv = values.shape[1]
+    v = values[:, :, :past].float().unsqueeze(2)  # [b, kv, 1, P, d]
+    a = _group(attention, num_kv)  # [b, kv, g, P]
+    out = a.unsqueeze(-2) @ v  # [b, kv, g, 1, d]
+    g = None if gram is None else gram.view(num_kv, -1, *gram.shape[-2:])  # [kv, g, d, d]
+    distance = torch.empty_like(a)
+    for start in range(0, past, chunk):
+        stop = min(start + chunk, past)
+        distance[..., start:stop] = _quadratic_norm(out - v[..., start:stop, :], g)
+    saturated = (1 - a) < SATURATION_EPS
+    if bool(saturated.any()):
+        own = _quadratic_norm(v.expand(*a.shape, v.shape[-1]), g)
+        distance = torch.where(saturated, own, distance)
+    distance = distance.view(b, h, past)
+    return odds(attention) * (distance if tau == 1 else distance.pow(tau))
+
+
+def reconstruction_before(
+    window_attn: torch.Tensor,
+    values: torch.Tensor,
+    gram: torch.Tensor | None,
+    tau: float,
+    normalize: bool,
+) -> torch.Tensor:
+    """Per-query output-change scores (``before`` order): ``[b, h, w, P]``, aggregated later.
+
+    As in the reference code, each query's output ``o_t`` is taken over all keys (window
+    included) while only past tokens are scored; ``normalize`` divides query ``t``'s scores by
+    ``||W_o^h o_t||``. Distances use ``||x - y||^2 = xGx - 2 xGy + yGy`` in float64 so that no
+    ``[w, P, d]`` tensor is built.
+    """
+    b, h, w, length = window_attn.shape
+    num_kv, past = values.shape[1], length - w
+    group = h // num_kv
+    v = values.float()
+    a = _group(window_attn, num_kv)  # [b, kv, g, w, L]
+    out = torch.einsum("bkgwl,bkld->bkgwd", a, v).reshape(b, h, w, -1).double()  # [b, h, w, d]
+    v_past = v[:, :, :past].double().repeat_interleave(group, dim=1)  # [b, h, P, d]
+    g = torch.eye(v.shape[-1], dtype=torch.float64, device=v.device) if gram is None else gram.double()
+    out_g = out @ g  # [b, h, w, d]
+    out_sq = (out_g * out).sum(-1, keepdim=True)  # [b, h, w, 1]
+    v_sq = ((v_past @ g) * v_past).sum(-1).unsqueeze(2)  # [b, h, 1, P]
+    cross = out_g @ v_past.transpose(-1, -2)  # [b, h, w, P]
+    distance = (out_sq - 2 * cross + v_sq).clamp_min(0).sqrt().float()
+    scores = odds(window_attn[..., :past]) * distance.pow(tau)
+    if normalize:
+        scores = scores / out_sq.sqrt().float().clamp_min(torch.finfo(torch.float32).tiny)
+    return scores
+
+
+def value_norms(values: torch.Tensor, num_heads: int, past: int) -> torch.Tensor:
+    """``||v_j||`` of past tokens for every query head: ``[b, h, P]``."""
+    norms = values[:, :, :past].float().norm(dim=-1)
+    return norms.repeat_interleave(num_heads // values.shape[1], dim=1)
+
+
+# --- spatial smoothing along positions -------------------------------------------------------------
+
+SPATIAL = ("none", "avgpool", "maxpool", "adaptive")
+
+
+def avgpool(scores: torch.Tensor, kernel: int) -> torch.Tensor:
+    """Centred moving average; the zero padding is counted, as in SnapKV."""
+    return F.avg_pool1d(scores, kernel, stride=1, padding=kernel // 2, count_include_pad=True)
+
+
+def maxpool(scores: torch.Tensor, kernel: int) -> torch.Tensor:
+    """Centred moving maximum; padding never wins."""
+    return F.max_pool1d(scores, kernel, stride=1, padding=kernel // 2)
+
+
+def attention_drift(window_attn: torch.Tensor, k: int) -> torch.Tensor:
+    """ReST-KV's signed drift ``[b, h]`` of where the window looks.
+
+    Mean position of each query's ``k`` most attended keys (window keys included) over the
+    first half of the window, minus the same over the second half. The reference code pairs
+    the two halves rank by rank, but a mean of differences only depends on the two sets.
+    With an odd window the middle row is left out so the halves have equal size.
+    """
+    half = window_attn.shape[-2] // 2
+    k = min(k, window_attn.shape[-1])
+    top = window_attn.topk(k, dim=-1, sorted=False).indices.double()  # [b, h, w, k]
+    return top[..., :half, :].mean(dim=(-1, -2)) - top[..., half : 2 * half, :].mean(dim=(-1, -2))
+
+
+def adaptive_kernel(drift: torch.Tensor, scale: float, min_kernel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-head kernel size and shift from the drift, as in the reference code.
+
+    kernel ``max(min_kernel, 2 * floor(|s| / scale) + 1)``; shift ``floor(s / scale)`` when
+    ``s > 0`` else ``floor(s / scale) + 1``. (That formula gives shift 1 at exactly ``s == 0``;
+    we keep it for parity.)
+    """
+    ratio = drift / scale
+    kernel = (2 * torch.floor(ratio.abs()) + 1).clamp_min(min_kernel).long()
+    shift = torch.where(drift > 0, torch.floor(ratio), torch.floor(ratio) + 1).long()
+    return kernel, shift
+
+
+def shifted_average(scores: torch.Tensor, kernel: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Moving average with a per-row odd ``kernel`` and ``shift``, edge values replicated.
+
+    Row ``r`` is padded with ``kernel//2 - shift`` copies of its first value on the left and
+    ``kernel//2 + shift`` of its last on the right, then averaged with stride 1. Computed from
+    float64 prefix sums so every row is done at once, whatever its kernel.
+    """
+    n = scores.shape[-1]
+    x = scores.double()
+    prefix = F.pad(x.cumsum(-1), (1, 0))  # prefix[..., j] = sum of x[..., :j]
+    pos = torch.arange(n, device=scores.device)
+    lo = pos - (kernel // 2 - shift).unsqueeze(-1)  # first index of each window (may be < 0)
+    hi = lo + kernel.unsqueeze(-1) - 1  # last index (may be >= n)
+    inner = prefix.gather(-1, hi.clamp(0, n - 1) + 1) - prefix.gather(-1, lo.clamp(0, n - 1))
+    left = (-lo).clamp_min(0) * x[..., :1]
+    right = (hi - (n - 1)).clamp_min(0) * x[..., -1:]
+    return ((inner + left + right) / kernel.unsqueeze(-1)).to(scores.dtype)
+
+
+def adaptive_smooth(
+    scores: torch.Tensor, window_attn: torch.Tensor, k: int, scale: float, min_kernel: int
+) -> torch.Tensor:
+    """ReST-KV's spatial smoothing: a per-head shifted average sized by the attention drift."""
+    kernel, shift = adaptive_kernel(attention_drift(window_attn, k), scale, min_kernel)
+    return shifted_average(scores, kernel, shift)
+
+
+def is_finite_positive(value: float) -> bool:
+    """True for a real number > 0 (rejects NaN and inf)."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
