@@ -1,0 +1,241 @@
+"""The only module that knows transformers: evict each layer's cache at the end of prefill.
+
+One mechanism serves every supported architecture, with no copy of any model's forward code:
+
+1. the model's attention function (eager, sdpa or flash) is wrapped through transformers'
+   ``AttentionInterface`` so that, during a prefill, the exact queries the layer used
+   (position-encoded, normalised, as the model computed them) are captured;
+2. a forward hook on each attention module, which runs right after the layer's attention,
+   hands the captured queries and the layer's cache to the policy and replaces the layer's
+   cache by the kept tokens.
+
+Eviction happens once per prompt, when a forward starts from an empty cache with more than one
+token; later forwards (a question appended after eviction, decoding) append to the compressed
+cache. Positions stay those of the original prompt: `model.generate` passes explicit position
+ids, and our own decoding loops must too.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache, DynamicLayer
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from restkv.cache import CompressedLayer
+from restkv.policy import LayerInputs, Policy
+from restkv.scoring import output_gram
+from restkv.select import Budget, gather_positions
+
+SUPPORTED_MODELS = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+)
+SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+
+_ACTIVE: weakref.WeakKeyDictionary[nn.Module, KVCompressor] = weakref.WeakKeyDictionary()
+_INSTALLED: dict[str, tuple[int, Any]] = {}  # implementation -> (users, previous local entry)
+
+
+def _original_attention(module: nn.Module, implementation: str) -> Callable[..., Any]:
+    if implementation == "eager":
+        return sys.modules[type(module).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS._global_mapping[implementation]
+
+
+def _capturing_attention(implementation: str) -> Callable[..., Any]:
+    """An attention function that records prefill queries for modules under compression."""
+
+    def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args, **kwargs):
+        compressor = _ACTIVE.get(module)
+        if compressor is not None and query.shape[2] > 1:
+            compressor._capture(module, query)
+        original = _original_attention(module, implementation)
+        groups = getattr(module, "num_key_value_groups", 1)
+        if key.shape[1] == query.shape[1] and groups > 1:  # cache holds per-query-head selections
+            module.num_key_value_groups = 1
+            try:
+                return original(module, query, key, value, *args, **kwargs)
+            finally:
+                module.num_key_value_groups = groups
+        return original(module, query, key, value, *args, **kwargs)
+
+    return attention
+
+
+def _install(implementation: str) -> None:
+    users, previous = _INSTALLED.get(implementation, (0, None))
+    if users == 0:
+        previous = ALL_ATTENTION_FUNCTIONS._local_mapping.get(implementation)
+        ALL_ATTENTION_FUNCTIONS[implementation] = _capturing_attention(implementation)
+    _INSTALLED[implementation] = (users + 1, previous)
+
+
+def _uninstall(implementation: str) -> None:
+    users, previous = _INSTALLED[implementation]
+    if users > 1:
+        _INSTALLED[implementation] = (users - 1, previous)
+        return
+    del _INSTALLED[implementation]
+    if previous is None:
+        del ALL_ATTENTION_FUNCTIONS[implementation]
+    else:
+        ALL_ATTENTION_FUNCTIONS[implementation] = previous
+
+
+def attention_layers(model: nn.Module) -> list[nn.Module]:
+    """The model's self-attention modules in layer order; raises for unsupported models."""
+    name = type(model).__name__
+    if name not in SUPPORTED_MODELS:
+        raise ValueError(f"model class {name} is not supported; supported: {', '.join(SUPPORTED_MODELS)}")
+    layers = [m for m in model.modules() if hasattr(m, "o_proj") and hasattr(m, "layer_idx")]
+    if [m.layer_idx for m in layers] != list(range(len(layers))):
+        raise ValueError(f"could not find the attention layers of {name} in order")
+    return layers
+
+
+@dataclass
+class PrefillRecord:
+    """What the last prefill under compression did.
+
+    ``kept`` is the token count per layer; ``indices`` the kept positions per layer
+    (``[b, heads, kept]``, None where the layer was not compressed).
+    """
+
+    prompt_length: int = 0
+    kept: list[int] = field(default_factory=list)
+    indices: list[torch.Tensor | None] = field(default_factory=list)
+    eviction_seconds: float = 0.0
+
+
+class KVCompressor:
+    """Context manager that evicts every layer's cache at the end of prefill.
+
+    >>> with KVCompressor(model, ReSTKV(), budget=128):
+    ...     model.generate(input_ids, max_new_tokens=32)
+
+    ``decode_reserve`` preallocates room for that many decoded tokens per layer (see
+    `restkv.cache.CompressedLayer`). ``record`` holds what the last prefill kept.
+    """
+
+    def __init__(
+        self, model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0
+    ) -> None:
+        self.model = model
+        self.policy = policy
+        self.budget = budget if isinstance(budget, Budget) else Budget(budget)
+        if not self.budget.is_ratio and policy.evicts and self.budget.value <= policy.window:
+            raise ValueError(
+                f"budget {self.budget} must exceed the window ({policy.window}): the window is always kept"
+            )
+        if decode_reserve < 0:
+            raise ValueError(f"decode_reserve={decode_reserve} must be >= 0")
+        self.decode_reserve = decode_reserve
+        self.layers = attention_layers(model)
+        self.implementation = model.config._attn_implementation
+        if self.implementation not in SUPPORTED_ATTENTION:
+            raise ValueError(
+                f"attention implementation {self.implementation!r} is not supported; "
+                f"supported: {', '.join(SUPPORTED_ATTENTION)}"
+            )
+        self.record = PrefillRecord()
+        self._captured: dict[int, tuple[torch.Tensor, int]] = {}
+        self._grams: dict[int, torch.Tensor] = {}
+        self._hooks: list[Any] = []
+
+    # -- context management ------------------------------------------------------------------------
+
+    def __enter__(self) -> KVCompressor:
+        for module in self.layers:
+            if module in _ACTIVE:
+                raise RuntimeError("this model is already under a KVCompressor; nested compression is not supported")
+        _install(self.implementation)
+        for module in self.layers:
+            _ACTIVE[module] = self
+            self._hooks.append(module.register_forward_hook(self._after_attention, with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        for module in self.layers:
+            _ACTIVE.pop(module, None)
+        _uninstall(self.implementation)
+        self._captured.clear()
+        self._grams.clear()
+
+    # -- the two halves of the mechanism ---------------------------------------------------------------
+
+    def _capture(self, module: nn.Module, query: torch.Tensor) -> None:
+        length = query.shape[2]
+        kept = query if self.policy.needs_all_queries else query[:, :, -self.policy.window :]
+        self._captured[module.layer_idx] = (kept, length)
+
+    def _gram(self, module: nn.Module) -> torch.Tensor:
+        layer = module.layer_idx
+        if layer not in self._grams:
+            with torch.no_grad():
+                self._grams[layer] = output_gram(module.o_proj.weight, module.config.num_attention_heads)
+        return self._grams[layer]
+
+    def _after_attention(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        captured = self._captured.pop(module.layer_idx, None)
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if captured is None or not isinstance(cache, Cache):
+            return
+        queries, length = captured
+        layer_cache = cache.layers[module.layer_idx]
+        if layer_cache.get_seq_length() != length:
+            return  # not a prefill from an empty cache: tokens appended after eviction
+        if type(layer_cache) is not DynamicLayer:
+            raise NotImplementedError(
+                f"eviction supports transformers' DynamicCache layers only; layer {module.layer_idx} uses "
+                f"{type(layer_cache).__name__}"
+            )
+        if queries.shape[0] != 1:
+            raise NotImplementedError(f"eviction runs on batch size 1; got batch size {queries.shape[0]}")
+        start = time.perf_counter()
+        with torch.no_grad():
+            self._evict(module, cache, layer_cache, queries)
+        self.record.eviction_seconds += time.perf_counter() - start
+
+    def _evict(self, module: nn.Module, cache: Cache, layer_cache: DynamicLayer, queries: torch.Tensor) -> None:
+        layer = module.layer_idx
+        keys, values = layer_cache.keys, layer_cache.values
+        if layer == 0:
+            self.record = PrefillRecord(prompt_length=keys.shape[2])
+        inputs = LayerInputs(
+            queries=queries,
+            keys=keys,
+            values=values,
+            layer=layer,
+            num_layers=len(self.layers),
+            scaling=getattr(module, "scaling", None),
+            output_gram=(lambda: self._gram(module)) if self.policy.needs_output_gram else None,
+        )
+        indices = self.policy.select(inputs, self.budget)
+        self.record.indices.append(indices)
+        if indices is None:
+            self.record.kept.append(keys.shape[2])
+            return
+        kept_keys, kept_values = gather_positions(keys, indices), gather_positions(values, indices)
+        repeat = kept_keys.shape[1] // keys.shape[1]
+        cache.layers[layer] = CompressedLayer(kept_keys, kept_values, repeat=repeat, reserve=self.decode_reserve)
+        self.record.kept.append(indices.shape[2])
+
+
+def compress(
+    model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0
+) -> KVCompressor:
+    """Evict ``model``'s KV cache with ``policy`` under ``budget`` inside a ``with`` block."""
+    return KVCompressor(model, policy, budget, decode_reserve=decode_reserve)

@@ -1,0 +1,57 @@
+"""Shared fixtures: tiny random-weight models of every supported architecture."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+ARCHITECTURES = {
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+}
+
+
+def tiny_model(
+    arch: str = "llama", dtype: torch.dtype = torch.float32, attn: str = "sdpa", layers: int = 2, seed: int = 0
+) -> PreTrainedModel:
+    """A random-weight model with GQA (4 query heads, 2 key/value heads), built from a config."""
+    config_cls, model_cls = ARCHITECTURES[arch]
+    config = config_cls(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=1024,
+        sliding_window=None,
+        tie_word_embeddings=False,
+    )
+    config._attn_implementation = attn
+    torch.manual_seed(seed)
+    model = model_cls(config).to(dtype).eval()
+    # Random init gives nearly uniform attention; sharper weights make policies disagree.
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                parameter.mul_(8)
+    return model
+
+
+@pytest.fixture
+def make_model():
+    return tiny_model
