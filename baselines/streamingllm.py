@@ -33,9 +33,7 @@ class StreamingLLM(Policy):
     def score(self, inputs: LayerInputs, keep: int) -> torch.Tensor:
         past = inputs.length - self.window
         position = torch.arange(past, device=inputs.keys.device, dtype=torch.float32)
-        if self.variant == "prefix":
-            scores = -position
-        else:
-            scores = torch.where(position < self.sinks, past + 1.0, position)
+        # "prefix": earliest first; "sinks": the sinks first, then the most recent
+        scores = -position if self.variant == "prefix" else torch.where(position < self.sinks, past + 1.0, position)
         b, h = inputs.queries.shape[:2]
         return scores.expand(b, h, past)

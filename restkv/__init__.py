@@ -1,8 +1,8 @@
 """restkv: KV cache eviction policies (ReST-KV and baselines) for Hugging Face models.
 
-    from restkv import ReSTKV, compress
-    with compress(model, ReSTKV(), budget=128):
-        output = model.generate(**inputs, max_new_tokens=32)
+from restkv import ReSTKV, compress
+with compress(model, ReSTKV(), budget=128):
+    output = model.generate(**inputs, max_new_tokens=32)
 """
 
 from restkv.integrate import KVCompressor, compress

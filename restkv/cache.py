@@ -26,7 +26,7 @@ class CompressedLayer(DynamicLayer):
         if reserve > 0:
             shape = (*keys.shape[:2], self._length + reserve, keys.shape[3])
             self._key_buffer = keys.new_empty(shape)
-            self._value_buffer = values.new_empty(shape[:3] + (values.shape[3],))
+            self._value_buffer = values.new_empty((*shape[:3], values.shape[3]))
             self._key_buffer[:, :, : self._length] = keys
             self._value_buffer[:, :, : self._length] = values
             self._expose()

@@ -127,9 +127,7 @@ class KVCompressor:
     `restkv.cache.CompressedLayer`). ``record`` holds what the last prefill kept.
     """
 
-    def __init__(
-        self, model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0
-    ) -> None:
+    def __init__(self, model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0) -> None:
         self.model = model
         self.policy = policy
         self.budget = budget if isinstance(budget, Budget) else Budget(budget)
@@ -234,8 +232,6 @@ class KVCompressor:
         self.record.kept.append(indices.shape[2])
 
 
-def compress(
-    model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0
-) -> KVCompressor:
+def compress(model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0) -> KVCompressor:
     """Evict ``model``'s KV cache with ``policy`` under ``budget`` inside a ``with`` block."""
     return KVCompressor(model, policy, budget, decode_reserve=decode_reserve)

@@ -56,7 +56,13 @@ def check_choice(owner: str, name: str, value: object, allowed: tuple[str, ...])
 
 
 def check_number(
-    owner: str, name: str, value: object, *, low: float, high: float = math.inf, low_open: bool = True,
+    owner: str,
+    name: str,
+    value: object,
+    *,
+    low: float,
+    high: float = math.inf,
+    low_open: bool = True,
     integer: bool = False,
 ) -> None:
     """Raise a ValueError unless ``value`` is a finite number in the given range."""

@@ -34,9 +34,7 @@ def _group(x: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
     return x.view(b, num_kv_heads, h // num_kv_heads, *x.shape[2:])
 
 
-def window_attention(
-    queries: torch.Tensor, keys: torch.Tensor, scaling: float | None = None
-) -> torch.Tensor:
+def window_attention(queries: torch.Tensor, keys: torch.Tensor, scaling: float | None = None) -> torch.Tensor:
     """Softmax attention of the window's queries over all keys, causal inside the window.
 
     Returns float32 ``[b, h, w, L]``; rows sum to one. The window's queries occupy the last
@@ -91,6 +89,7 @@ def aggregate(rows: torch.Tensor, kind: str, alpha: float) -> torch.Tensor:
 
 
 # --- indicators ------------------------------------------------------------------------------------
+
 
 def output_gram(o_proj_weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Per-head Gram matrices ``W_o^h^T W_o^h``: ``[h, d, d]`` float32.

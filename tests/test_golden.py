@@ -118,7 +118,9 @@ def test_case_matches_reference(case: dict, tensors: dict[str, torch.Tensor]) ->
     assert_same_selection(kept, tensors[f"{case['name']}.kept"], ours, case["window_size"])
 
 
-@pytest.mark.parametrize("case", META["pyramidkv_layer_budgets"], ids=lambda c: f"L{c['seq_len']}-B{c['max_capacity_prompt']}")
+@pytest.mark.parametrize(
+    "case", META["pyramidkv_layer_budgets"], ids=lambda c: f"L{c['seq_len']}-B{c['max_capacity_prompt']}"
+)
 def test_pyramid_budgets_match_reference(case: dict) -> None:
     budgets = pyramid_budgets(
         case["seq_len"], case["max_capacity_prompt"], case["window_size"], case["beta"], case["num_layers"]

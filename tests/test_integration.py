@@ -72,7 +72,7 @@ def test_decode_equals_attention_over_kept_tokens(arch: str, policy: Policy, mak
     record = compressor.record
     expected = [min(PROMPT, k) for k in policy_budgets(policy, model.config.num_hidden_layers)]
     assert record.kept == expected
-    for layer, (indices, keep) in enumerate(zip(record.indices, expected)):
+    for layer, (indices, keep) in enumerate(zip(record.indices, expected, strict=True)):
         layer_cache = cache.layers[layer]
         assert isinstance(layer_cache, CompressedLayer)
         heads = model.config.num_attention_heads if policy.gqa == "expand" else model.config.num_key_value_heads
@@ -106,7 +106,7 @@ def test_budget_at_least_prompt_changes_nothing(arch: str, dtype: torch.dtype, a
     with compress(model, ReSTKV(window=WINDOW), budget=40):
         same = model.generate(ids, max_new_tokens=6, do_sample=False, return_dict_in_generate=True)
     assert torch.equal(full.sequences, same.sequences)
-    for a, b in zip(full.cache.layers, same.cache.layers):
+    for a, b in zip(full.cache.layers, same.cache.layers, strict=True):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
 
 
