@@ -45,9 +45,9 @@ def window_attention(queries: torch.Tensor, keys: torch.Tensor, scaling: float |
     if w > length:
         raise ValueError(f"window ({w}) is longer than the sequence ({length})")
     scaling = d**-0.5 if scaling is None else scaling
-    q = _group(queries.float(), num_kv)  # [b, kv, g, w, d]
-    logits = torch.matmul(q, keys.float().unsqueeze(2).transpose(-1, -2)) * scaling  # [b, kv, g, w, L]
-    logits = logits.view(b, h, w, length)
+    # [b, kv, g * w, d] @ [b, kv, d, L]: one GEMM per key/value head, keys never repeated
+    q = (queries.float() * scaling).reshape(b, num_kv, (h // num_kv) * w, d)
+    logits = (q @ keys.float().transpose(-1, -2)).view(b, h, w, length)
     future = torch.ones(w, w, dtype=torch.bool, device=queries.device).triu(1)
     logits[..., length - w :].masked_fill_(future, float("-inf"))
     return logits.softmax(dim=-1)
@@ -105,19 +105,13 @@ def output_gram(o_proj_weight: torch.Tensor, num_heads: int) -> torch.Tensor:
     return per_head.transpose(1, 2) @ per_head
 
 
-def _quadratic_norm(diff: torch.Tensor, gram: torch.Tensor | None) -> torch.Tensor:
-    """``sqrt(x^T G x)`` over the last axis; plain L2 norm when ``gram`` is None.
-
-    ``gram``'s leading axes broadcast against ``diff``'s head axes.
-    """
-    if gram is None:
-        return diff.norm(dim=-1)
-    return ((diff @ gram) * diff).sum(-1).clamp_min(0).sqrt()
-
-
 def odds(attention: torch.Tensor) -> torch.Tensor:
     """``a / (1 - a)`` with ``1 - a`` floored at `SATURATION_EPS` so saturated weights stay finite."""
     return attention / (1 - attention).clamp_min(SATURATION_EPS)
+
+
+CANCELLATION_GUARD = 1e-2
+"""Squared distances below this fraction of ``vGv + oGo`` are recomputed from the difference."""
 
 
 def reconstruction_after(
@@ -125,7 +119,7 @@ def reconstruction_after(
     values: torch.Tensor,
     gram: torch.Tensor | None,
     tau: float,
-    chunk: int = 2048,
+    chunk: int = 1024,
 ) -> torch.Tensor:
     """ReST-KV's output-change score from an aggregated attention row (``after`` order).
 
@@ -134,26 +128,77 @@ def reconstruction_after(
     ``a_j / (1 - a_j) * ||W_o^h (o - v_j)||^tau``: the change of the head's projected output
     when ``j`` alone is removed and the softmax renormalises. ``gram=None`` drops ``W_o``.
 
+    With ``W_o`` the squared distance is expanded as ``vGv - 2 v.(Go) + oGo``: one GEMM per
+    key/value head against its group's stacked Gram matrices, the cost of a ``d x d``
+    product per token and query head. Where the expansion would cancel (``v_j`` close to
+    ``o``) the distance is recomputed from the difference.
+
     A token holding all the attention (``1 - a_j`` below `SATURATION_EPS`) has ``o == v_j`` up to
     rounding, so its distance is replaced by ``||W_o^h v_j||`` (the output it alone carries); it
     then ranks first instead of producing ``inf * 0 = NaN`` as the reference code does.
     """
     b, h, past = attention.shape
     num_kv = values.shape[1]
-    v = values[:, :, :past].float().unsqueeze(2)  # [b, kv, 1, P, d]
+    v = values[:, :, :past].float()  # [b, kv, P, d]
     a = _group(attention, num_kv)  # [b, kv, g, P]
-    out = a.unsqueeze(-2) @ v  # [b, kv, g, 1, d]
-    g = None if gram is None else gram.view(num_kv, -1, *gram.shape[-2:])  # [kv, g, d, d]
-    distance = torch.empty_like(a)
-    for start in range(0, past, chunk):
-        stop = min(start + chunk, past)
-        distance[..., start:stop] = _quadratic_norm(out - v[..., start:stop, :], g)
+    out = a @ v  # [b, kv, g, d]
+    if gram is None:
+        squared, own = _plain_squared_distances(out, v, chunk)
+    else:
+        squared, own = _gram_squared_distances(out, v, gram.view(num_kv, -1, *gram.shape[-2:]), chunk)
     saturated = (1 - a) < SATURATION_EPS
     if bool(saturated.any()):
-        own = _quadratic_norm(v.expand(*a.shape, v.shape[-1]), g)
-        distance = torch.where(saturated, own, distance)
-    distance = distance.view(b, h, past)
+        squared = torch.where(saturated, own(), squared)
+    distance = squared.clamp_min(0).sqrt().reshape(b, h, past)
     return odds(attention) * (distance if tau == 1 else distance.pow(tau))
+
+
+def _plain_squared_distances(out: torch.Tensor, v: torch.Tensor, chunk: int):
+    """``||o_h - v_j||^2`` as ``[b, kv, g, P]``, plus a thunk giving ``||v_j||^2``."""
+    squared = out.new_empty(*out.shape[:3], v.shape[2])
+    for start in range(0, v.shape[2], chunk):
+        block = v[:, :, None, start : start + chunk]  # [b, kv, 1, c, d]
+        squared[..., start : start + chunk] = (out.unsqueeze(-2) - block).pow(2).sum(-1)
+    return squared, lambda: v.pow(2).sum(-1).unsqueeze(2).expand_as(squared)
+
+
+def _gram_squared_distances(out: torch.Tensor, v: torch.Tensor, gram: torch.Tensor, chunk: int):
+    """``||W_o^h (o_h - v_j)||^2`` as ``[b, kv, g, P]``, plus a thunk giving ``||W_o^h v_j||^2``.
+
+    ``gram`` is ``[kv, g, d, d]``; ``out`` ``[b, kv, g, d]``; ``v`` ``[b, kv, P, d]``.
+    """
+    b, num_kv, group, d = out.shape
+    past = v.shape[2]
+    out_g = (gram @ out.unsqueeze(-1)).squeeze(-1)  # G_h o_h: [b, kv, g, d]
+    out_sq = (out_g * out).sum(-1)  # [b, kv, g]
+    stacked = gram.transpose(1, 2).reshape(num_kv, d, group * d)  # [G_1 | ... | G_g] per kv head
+    v_sq = v.new_empty(b, num_kv, past, group)
+    cross = v.new_empty(b, num_kv, past, group)
+    for start in range(0, past, chunk):
+        block = v[:, :, start : start + chunk]  # [b, kv, c, d]
+        projected = (block @ stacked).view(*block.shape[:3], group, d)
+        v_sq[:, :, start : start + chunk] = (projected * block.unsqueeze(-2)).sum(-1)
+        cross[:, :, start : start + chunk] = block @ out_g.transpose(-1, -2)
+    squared = (v_sq - 2 * cross + out_sq.unsqueeze(2)).transpose(-1, -2)  # [b, kv, g, P]
+    v_sq = v_sq.transpose(-1, -2)
+    risky = squared < CANCELLATION_GUARD * (v_sq + out_sq.unsqueeze(-1))
+    if bool(risky.any()):
+        squared = squared.clone()
+        squared[risky] = _exact_squared_distances(risky, out, v, gram)
+    return squared, lambda: v_sq
+
+
+def _exact_squared_distances(
+    where: torch.Tensor, out: torch.Tensor, v: torch.Tensor, gram: torch.Tensor, block: int = 256
+) -> torch.Tensor:
+    """``||W_o^h (o_h - v_j)||^2`` from the difference, for the entries selected by ``where``."""
+    bi, ki, gi, pi = where.nonzero(as_tuple=True)
+    result = out.new_empty(bi.shape[0])
+    for start in range(0, bi.shape[0], block):
+        s = slice(start, start + block)
+        diff = out[bi[s], ki[s], gi[s]] - v[bi[s], ki[s], pi[s]]  # [n, d]
+        result[s] = ((diff.unsqueeze(1) @ gram[ki[s], gi[s]]).squeeze(1) * diff).sum(-1)
+    return result
 
 
 def reconstruction_before(

@@ -49,9 +49,10 @@ def test_gram_norm_equals_projected_norm() -> None:
     heads, d, hidden = 4, 8, 32
     weight = torch.randn(hidden, heads * d)
     gram = scoring.output_gram(weight, heads)
-    x = torch.randn(1, heads, 6, d)
-    projected = torch.einsum("bhnd,chd->bhnc", x, weight.view(hidden, heads, d))
-    torch.testing.assert_close(scoring._quadratic_norm(x, gram), projected.norm(dim=-1), rtol=1e-5, atol=1e-5)
+    x = torch.randn(heads, 6, d)
+    projected = torch.einsum("hnd,chd->hnc", x, weight.view(hidden, heads, d))
+    quadratic = ((x @ gram) * x).sum(-1)
+    torch.testing.assert_close(quadratic, projected.pow(2).sum(-1), rtol=1e-4, atol=1e-4)
 
 
 def test_reconstruction_after_is_the_output_change_when_one_token_is_removed() -> None:
@@ -130,3 +131,20 @@ def test_drift_is_positive_when_early_queries_look_later() -> None:
     attention[0, 0, :2, 15:18] = 1.0  # first half looks at 15..17
     attention[0, 0, 2:, 2:5] = 1.0  # second half looks at 2..4
     assert scoring.attention_drift(attention, 3).item() == pytest.approx(13.0)
+
+
+def test_near_cancellation_is_recomputed_exactly() -> None:
+    """Values equal to the head output (a dominant token and its duplicates) must not lose digits."""
+    torch.manual_seed(2)
+    heads, past, d, hidden = 2, 40, 8, 16
+    weight = torch.randn(hidden, heads * d)
+    values = torch.randn(1, 1, past, d)
+    values[0, 0, 10:20] = values[0, 0, 3]  # duplicates of the dominant token
+    attention = torch.full((1, heads, past), 1e-4)
+    attention[:, :, 3] = 0.99
+    scores = scoring.reconstruction_after(attention, values, scoring.output_gram(weight, heads), tau=1.0)
+    a, v, w = attention.double(), values.double(), weight.double().view(hidden, heads, d)
+    out = torch.einsum("bhp,bpd->bhd", a, v[:, 0])
+    change = torch.einsum("chd,bhpd->bhpc", w, out[:, :, None] - v[:, 0][:, None]).norm(dim=-1)
+    expected = (a / (1 - a) * change).float()
+    torch.testing.assert_close(scores, expected, rtol=1e-4, atol=0)
