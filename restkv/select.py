@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -16,7 +15,8 @@ class Budget:
     """How many tokens each layer keeps, window included (the paper's "KV size").
 
     An ``int`` is a token count; a ``float`` in ``(0, 1)`` is the fraction of the prompt kept
-    (``0.25`` keeps a quarter of the prompt's tokens in every layer, rounded down).
+    (``0.25`` keeps a quarter of the prompt's tokens in every layer, rounded to the nearest
+    integer as the reference code does).
     """
 
     value: int | float
@@ -42,7 +42,7 @@ class Budget:
     def tokens(self, prompt_length: int) -> int:
         """Tokens kept per layer for a prompt of ``prompt_length`` tokens."""
         if self.is_ratio:
-            return max(1, math.floor(self.value * prompt_length))
+            return max(1, round(self.value * prompt_length))
         return int(self.value)
 
     def __str__(self) -> str:

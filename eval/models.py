@@ -1,0 +1,86 @@
+"""Loading the model and tokenizer a config names: a hub id or a local folder, as users run it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+REPO = Path(__file__).resolve().parents[1]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ModelSpec:
+    """The ``model`` config group.
+
+    path: hub id (``meta-llama/Llama-3.1-8B-Instruct``) or local folder; relative folders are
+      looked up from the working directory, then from the repository root.
+    tokenizer: where the tokenizer lives when not beside the weights.
+    max_context: prompts longer than this (minus the answer's tokens) are cut in the middle.
+    chat_template: wrap prompts in the tokenizer's chat template (benchmarks may opt out per task).
+    random_init: build the architecture from ``config.json`` with random weights (no weights
+      needed: smoke tests, latency).
+    """
+
+    name: str
+    path: str
+    dtype: str = "bfloat16"
+    attn_implementation: str = "sdpa"
+    max_context: int = 131072
+    chat_template: bool = True
+    tokenizer: str | None = None
+    random_init: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"model.dtype={self.dtype!r} is not allowed; choose one of: {', '.join(DTYPES)}")
+        if self.max_context < 1:
+            raise ValueError(f"model.max_context={self.max_context} must be >= 1")
+
+
+def resolve(path: str) -> str:
+    """A local folder if one exists under that name (cwd, then repo root); else the hub id unchanged."""
+    for candidate in (Path(path).expanduser(), REPO / path):
+        if candidate.exists():
+            return str(candidate)
+    return path
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def load_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(resolve(spec.tokenizer or spec.path))
+
+
+def load_model(spec: ModelSpec, device: torch.device) -> PreTrainedModel:
+    """The model in eval mode on ``device`` with the configured dtype and attention backend."""
+    source = resolve(spec.path)
+    dtype = DTYPES[spec.dtype]
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": spec.attn_implementation}
+    if spec.random_init:
+        config = AutoConfig.from_pretrained(source)
+        torch.manual_seed(spec.seed)
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
+    return model.to(device).eval()
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Every token that ends an answer: the tokenizer's EOS and the generation config's."""
+    ids: set[int] = set()
+    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return ids

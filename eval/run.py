@@ -1,0 +1,55 @@
+"""Run one benchmark with one model, policy and budget, as composed by Hydra.
+
+    python eval/run.py policy=restkv bench=ruler budget=128
+    python eval/run.py -m policy=snapkv,restkv budget=64,128,256      # a sweep
+
+Writes ``predictions.jsonl`` (one line per sample, as it finishes), ``metrics.json`` and the
+resolved ``config.yaml`` into the run folder, prints a score table and the folder's path.
+Rerunning the same command resumes: finished samples are skipped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # executed as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from eval.runner import RunSettings, run_benchmark
+
+CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
+NAMING_KEYS = {"bench", "model", "policy", "budget", "out_dir", "limit", "device", "experiment"}
+
+
+def other_overrides(overrides: list[str]) -> list[str]:
+    """Overrides that change results but are not already in the run folder's name."""
+    kept = []
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key not in NAMING_KEYS and not key.startswith("hydra."):
+            kept.append(item)
+    return kept
+
+
+@hydra.main(version_base=None, config_path=CONFIGS, config_name="config")
+def main(cfg: DictConfig) -> float:
+    hydra_cfg = HydraConfig.get()
+    choices = hydra_cfg.runtime.choices
+    settings = RunSettings(
+        bench=choices["bench"],
+        model=choices["model"],
+        policy=choices["policy"],
+        overrides=other_overrides(list(hydra_cfg.overrides.task)),
+        out_dir=Path(cfg.out_dir),
+    )
+    summary = run_benchmark(cfg, settings)
+    return float(summary["average"])
+
+
+if __name__ == "__main__":
+    main()

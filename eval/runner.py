@@ -1,0 +1,119 @@
+"""The evaluation loop behind ``eval/run.py``: build everything from a config, answer, score, save."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from eval.benchmarks.base import Sample
+from eval.generation import PROTOCOLS, answer
+from eval.models import ModelSpec, eos_token_ids, load_model, load_tokenizer, pick_device
+from eval.prompting import tokenize
+from eval.results import PredictionLog, format_table, run_folder, summarize, write_metrics
+from restkv import Budget, compress
+
+
+@dataclass
+class RunSettings:
+    """What names the run: config group choices and the overrides hashed into the folder name."""
+
+    bench: str
+    model: str
+    policy: str
+    overrides: list[str] = field(default_factory=list)
+    out_dir: Path = Path("results")
+
+
+def model_spec(cfg: DictConfig) -> ModelSpec:
+    values = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(values, dict)
+    allowed = set(ModelSpec.__dataclass_fields__)
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ValueError(f"model config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return ModelSpec(**values)  # type: ignore[arg-type]
+
+
+def prepare_folder(cfg: DictConfig, settings: RunSettings, budget: Budget) -> Path:
+    folder = run_folder(
+        settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    resolved = OmegaConf.to_yaml(cfg, resolve=True)
+    saved = folder / "config.yaml"
+    if saved.exists() and saved.read_text() != resolved:
+        print(
+            f"warning: {saved} differs from this run's configuration; results are resumed regardless", file=sys.stderr
+        )
+    saved.write_text(resolved)
+    return folder
+
+
+def record_for(sample: Sample, prediction: str, score: float, prompt_tokens: int, reply: Any, truncated: int) -> dict:
+    return {
+        "id": sample.id,
+        "task": sample.task,
+        "context_length": prompt_tokens,
+        "truncated_tokens": truncated,
+        "kept_tokens": round(reply.kept_tokens, 2),
+        "prediction": prediction,
+        "references": sample.references,
+        "score": score,
+        "prefill_seconds": round(reply.prefill_seconds, 4),
+        "decode_seconds": round(reply.decode_seconds, 4),
+        "new_tokens": len(reply.tokens),
+        "meta": sample.meta,
+    }
+
+
+def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
+    """Evaluate every sample not yet in the run folder; write metrics; return the summary."""
+    if cfg.protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={cfg.protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
+    budget = Budget(cfg.budget)
+    policy = instantiate(cfg.policy, _convert_="all")
+    benchmark = instantiate(cfg.bench, _convert_="all")
+    spec = model_spec(cfg.model)
+    folder = prepare_folder(cfg, settings, budget)
+
+    tokenizer = load_tokenizer(spec)
+    samples = list(benchmark.samples(tokenizer))
+    if cfg.limit is not None:
+        samples = samples[: int(cfg.limit)]
+    task_order = list(dict.fromkeys(s.task for s in samples))
+
+    with PredictionLog(folder) as log:
+        todo = [s for s in samples if not log.done(s.id)]
+        if len(todo) < len(samples):
+            print(f"resuming {folder}: {len(samples) - len(todo)} of {len(samples)} samples already done")
+        if todo:
+            model = load_model(spec, pick_device(cfg.device))
+            eos = eos_token_ids(model, tokenizer)
+            bar = tqdm(todo, desc=f"{settings.bench}/{settings.policy}@{budget}", unit="sample", dynamic_ncols=True)
+            with compress(model, policy, budget) as compressor:
+                for sample in bar:
+                    prompt = tokenize(sample, tokenizer, spec.chat_template, spec.max_context)
+                    reply = answer(model, prompt, compressor, cfg.protocol, sample.max_new_tokens, eos)
+                    prediction = tokenizer.decode(reply.tokens, skip_special_tokens=True)
+                    score = float(benchmark.score(sample, prediction))
+                    log.append(record_for(sample, prediction, score, prompt.length, reply, prompt.truncated))
+                    bar.set_postfix(score=f"{100 * score:.0f}")
+        records = [log.records[s.id] for s in samples if s.id in log.records]
+
+    summary = summarize(records, task_order)
+    summary.update(
+        bench=settings.bench, model=settings.model, policy=settings.policy, budget=str(budget), protocol=cfg.protocol
+    )
+    extra = getattr(benchmark, "report", None)
+    if extra is not None:
+        summary.update(extra(records, folder))
+    write_metrics(folder, summary)
+    print(format_table(summary, title=f"{settings.bench} | {settings.model} | {settings.policy} | budget {budget}"))
+    print(f"results: {folder}")
+    return summary

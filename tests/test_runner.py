@@ -1,0 +1,89 @@
+"""The Hydra runner end to end on the tiny random model: folders, files, resume, protocols."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from eval.results import PREDICTIONS, overrides_hash, run_folder
+from eval.run import CONFIGS, other_overrides
+from eval.runner import RunSettings, run_benchmark
+
+
+def config(tmp_path: Path, *overrides: str):
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        cfg = compose(config_name="config", overrides=[f"out_dir={tmp_path}", *overrides])
+    OmegaConf.set_struct(cfg, False)
+    cfg.bench = OmegaConf.create({"_target_": "_fake_bench.FakeBench", "count": 6})
+    return cfg
+
+
+def settings(tmp_path: Path, policy: str = "restkv", extra: list[str] | None = None) -> RunSettings:
+    return RunSettings(bench="fake", model="tiny-random-llama", policy=policy, overrides=extra or [], out_dir=tmp_path)
+
+
+def read_lines(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / PREDICTIONS).read_text().splitlines()]
+
+
+@pytest.mark.parametrize("protocol", ["query_aware", "query_agnostic"])
+def test_run_writes_predictions_metrics_and_config(tmp_path: Path, protocol: str, capsys) -> None:
+    cfg = config(tmp_path, "budget=64", f"protocol={protocol}", "policy.window=8")
+    summary = run_benchmark(cfg, settings(tmp_path))
+    folder = tmp_path / "fake" / "tiny-random-llama" / "restkv" / "budget64"
+    records = read_lines(folder)
+    assert [r["id"] for r in records] == [f"fake-{i}" for i in range(6)]
+    for record in records:
+        assert record["kept_tokens"] == 64
+        assert record["context_length"] > 200
+        assert set(record) >= {"id", "task", "prediction", "references", "score", "prefill_seconds", "decode_seconds"}
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert set(metrics["tasks"]) == {"even", "odd"} and metrics["samples"] == {"even": 3, "odd": 3}
+    assert metrics["average"] == summary["average"]
+    assert (folder / "config.yaml").exists()
+    out = capsys.readouterr().out
+    assert "average" in out and f"results: {folder}" in out
+
+
+def test_resume_skips_finished_samples_and_redoes_a_cut_line(tmp_path: Path, capsys) -> None:
+    cfg = config(tmp_path, "budget=64", "policy.window=8", "limit=4")
+    run_benchmark(cfg, settings(tmp_path))
+    folder = tmp_path / "fake" / "tiny-random-llama" / "restkv" / "budget64"
+    path = folder / PREDICTIONS
+    lines = path.read_text().splitlines()
+    assert len(lines) == 4
+    first_three = [json.loads(line) for line in lines[:3]]
+    path.write_text("\n".join(lines[:3]) + "\n" + lines[3][: len(lines[3]) // 2])  # killed mid-write
+    cfg.limit = None
+    run_benchmark(cfg, settings(tmp_path))
+    err = capsys.readouterr().err
+    assert "unreadable result line" in err and "predictions.jsonl:4" in err
+    records = read_lines(folder)
+    assert [r["id"] for r in records] == [f"fake-{i}" for i in range(6)]
+    assert records[:3] == first_three  # untouched, not recomputed
+    assert (folder / "predictions.corrupt.jsonl").read_text().strip() == lines[3][: len(lines[3]) // 2]
+
+
+def test_budget_above_prompt_runs_uncompressed(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "budget=5000", "policy.window=8")
+    run_benchmark(cfg, settings(tmp_path))
+    records = read_lines(tmp_path / "fake" / "tiny-random-llama" / "restkv" / "budget5000")
+    assert all(r["kept_tokens"] == r["context_length"] for r in records)
+
+
+def test_other_overrides_get_their_own_folder() -> None:
+    extra = other_overrides(["policy=restkv", "budget=64", "policy.alpha=0.5", "bench.seed=3", "limit=2"])
+    assert extra == ["policy.alpha=0.5", "bench.seed=3"]
+    folder = run_folder(Path("r"), "ruler", "m", "restkv", "64", extra)
+    assert folder == Path("r/ruler/m/restkv") / f"budget64-{overrides_hash(extra)}"
+    assert overrides_hash(["b=1", "a=2"]) == overrides_hash(["a=2", "b=1"])
+
+
+def test_bad_protocol_is_rejected(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "protocol=sideways")
+    with pytest.raises(ValueError, match="protocol='sideways' is not allowed; choose one of: query_aware"):
+        run_benchmark(cfg, settings(tmp_path))
