@@ -83,7 +83,7 @@ def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
     folder = prepare_folder(cfg, settings, budget)
 
     tokenizer = load_tokenizer(spec)
-    samples = list(benchmark.samples(tokenizer))
+    samples = list(benchmark.load_samples(tokenizer))
     if cfg.limit is not None:
         samples = samples[: int(cfg.limit)]
     task_order = list(dict.fromkeys(s.task for s in samples))

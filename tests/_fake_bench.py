@@ -18,7 +18,7 @@ class FakeBench:
     max_new_tokens: int = 4
     name: str = "fake"
 
-    def samples(self, tokenizer: Any) -> Iterator[Sample]:
+    def load_samples(self, tokenizer: Any) -> Iterator[Sample]:
         for i in range(self.count):
             words = " ".join(f"word{(i * 7 + j) % 50}" for j in range(self.context_words))
             yield Sample(

@@ -43,7 +43,7 @@ def test_grid_and_fields(samples) -> None:
             "repeat your findings. The document definitely contains the answer, and I'm 100% sure. So try your "
             "best to find it."
         )
-        assert sample.meta["system_prompt"].startswith("You are a helpful AI bot")
+        assert sample.system_prompt.startswith("You are a helpful AI bot")
 
 
 def test_lengths(tokenizer, samples) -> None:

@@ -87,3 +87,35 @@ def test_bad_protocol_is_rejected(tmp_path: Path) -> None:
     cfg = config(tmp_path, "protocol=sideways")
     with pytest.raises(ValueError, match="protocol='sideways' is not allowed; choose one of: query_aware"):
         run_benchmark(cfg, settings(tmp_path))
+
+
+def test_ruler_and_niah_benchmarks_run_through_the_runner(tmp_path: Path, capsys) -> None:
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        ruler_cfg = compose(
+            config_name="config",
+            overrides=[
+                f"out_dir={tmp_path}",
+                "bench=ruler",
+                "bench.tasks=[niah_single_1,vt,qa_1]",
+                "bench.lengths=[1024]",
+                "bench.samples=1",
+                "budget=256",
+                "bench.hub=false",
+            ],
+        )
+        niah_cfg = compose(
+            config_name="config",
+            overrides=[
+                f"out_dir={tmp_path}",
+                "bench=niah",
+                "bench.lengths=[600,900]",
+                "bench.depths=[0,100]",
+                "budget=256",
+            ],
+        )
+    ruler = run_benchmark(ruler_cfg, RunSettings("ruler", "tiny-random-llama", "restkv", out_dir=tmp_path))
+    assert set(ruler["tasks"]) == {"niah_single_1", "vt"} and list(ruler["lengths"]) == ["1024"]
+    assert "skipping RULER qa_1" in capsys.readouterr().err
+    niah = run_benchmark(niah_cfg, RunSettings("niah", "tiny-random-llama", "restkv", out_dir=tmp_path))
+    assert niah["samples"] == {"niah": 4}
+    assert (tmp_path / "niah" / "tiny-random-llama" / "restkv" / "budget256" / "heatmap.png").stat().st_size > 1000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -15,7 +15,9 @@ class Sample:
     evaluation protocols: ``query_aware`` compresses the whole prompt (the observation window
     sees the question); ``query_agnostic`` compresses ``context`` alone and appends
     ``question + answer_prefix`` after eviction. ``context`` is also the part that is
-    truncated from the middle when a prompt exceeds the model's context.
+    truncated from the middle when a prompt exceeds the model's context. ``system_prompt`` is
+    given to the chat template as a system message (ignored without a chat template);
+    ``chat_template=False`` asks for the raw prompt even with a chat model.
     """
 
     id: str
@@ -26,15 +28,20 @@ class Sample:
     max_new_tokens: int
     metric: str
     answer_prefix: str = ""
+    system_prompt: str = ""
     chat_template: bool = True
     meta: dict[str, Any] = field(default_factory=dict)
 
 
 class Benchmark(Protocol):
-    """A benchmark yields samples and scores predictions (0-1 per sample)."""
+    """A benchmark yields samples and scores predictions (0-1 per sample).
+
+    It may also define ``report(records, folder) -> dict``: extra entries for ``metrics.json``
+    (e.g. per-length averages) and extra files (e.g. a heatmap) written into the run folder.
+    """
 
     name: str
 
-    def samples(self, tokenizer: Any) -> Iterator[Sample]: ...
+    def load_samples(self, tokenizer: Any) -> Iterable[Sample]: ...
 
     def score(self, sample: Sample, prediction: str) -> float: ...

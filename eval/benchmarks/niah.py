@@ -20,7 +20,7 @@ at a target depth, and asks for it back. This module re-implements that procedur
   (metric ``niah_rouge``).
 
 Prompt formats. ``"chat"`` (default) is the authors' chat-model prompt: a system message
-(``meta["system_prompt"]``), the document as the user's message, then the question followed by
+(``Sample.system_prompt``), the document as the user's message, then the question followed by
 "Don't give information outside the document or repeat your findings. ..."; here
 ``context`` is the document and ``question`` is ``"\\n\\n"`` plus that second user message, for
 the runner's chat template. ``"book"`` is the raw-text prompt that the authors' script actually
@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from eval.benchmarks.base import Sample
 from eval.benchmarks.haystack import haystack_name, load_haystack
+from eval.metrics import score as score_metric
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -177,8 +179,6 @@ def generate(
                 "needle_token": point,
                 "needle_position": point / max(len(document), 1),
             }
-            if prompt_format == "chat":
-                meta["system_prompt"] = SYSTEM_PROMPT
             samples.append(
                 Sample(
                     id=f"niah/{length}/{depth:g}",
@@ -189,6 +189,7 @@ def generate(
                     references=[NEEDLE.strip()],
                     max_new_tokens=MAX_NEW_TOKENS,
                     metric=METRIC,
+                    system_prompt=SYSTEM_PROMPT if prompt_format == "chat" else "",
                     chat_template=prompt_format == "chat",
                     meta=meta,
                 )
@@ -248,3 +249,43 @@ def heatmap(results: list[dict[str, Any]], path: Path, title: str = "Needle in a
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark the runner instantiates (configs/bench/niah.yaml)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NiahBenchmark:
+    """The needle grid (context lengths x depths); writes ``heatmap.png`` into the run folder."""
+
+    lengths: list[int] = field(default_factory=lambda: context_length_grid())
+    depths: list[float] = field(default_factory=lambda: depth_percent_grid())
+    haystack: str | None = None
+    prompt_format: str = "book"
+    name: str = "niah"
+
+    def __post_init__(self) -> None:
+        if self.prompt_format not in ("chat", "book"):
+            raise ValueError(f"bench.prompt_format={self.prompt_format!r} is not allowed; choose one of: chat, book")
+
+    def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
+        return generate(tokenizer, self.lengths, self.depths, self.haystack, prompt_format=self.prompt_format)  # type: ignore[arg-type]
+
+    def score(self, sample: Sample, prediction: str) -> float:
+        return score_metric(sample.metric, prediction, sample.references)
+
+    def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
+        cells = [
+            {
+                "context_length": r["meta"]["context_length"],
+                "depth_percent": r["meta"]["depth_percent"],
+                "score": r["score"],
+            }
+            for r in records
+        ]
+        if cells:
+            run = f"{folder.parents[1].name} · {folder.parent.name} · {folder.name}"  # model · policy · budget
+            heatmap(cells, folder / "heatmap.png", title=f"Needle in a Haystack: {run}")
+        return {"heatmap": "heatmap.png"} if cells else {}

@@ -61,10 +61,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import re
 import string
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +74,8 @@ from typing import TYPE_CHECKING, Any
 
 from eval.benchmarks.base import Sample
 from eval.benchmarks.haystack import haystack_name, load_haystack
+from eval.hub import hub_reachable
+from eval.metrics import score as score_metric
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -838,10 +840,7 @@ def load_qa(dataset: str, data: RulerData | None = None) -> _QAData:
         loaded = reader(path)
     else:
         loaded = None
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0") or os.environ.get(
-            "HF_DATASETS_OFFLINE", "0"
-        ) not in ("", "0")
-        if data.hub and not offline:
+        if data.hub and hub_reachable():
             try:
                 loaded = hub()
             except Exception:
@@ -1019,3 +1018,64 @@ def generate(
             )
         )
     return samples
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark the runner instantiates (configs/bench/ruler.yaml)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RulerBenchmark:
+    """RULER tasks x context lengths, ``samples`` prompts each.
+
+    Tasks whose data files are missing (qa_1, qa_2) are skipped with a message naming the file
+    and how to get it; the other tasks run. The task score is averaged over lengths;
+    ``metrics.json`` also gets the average per length (``lengths``), as RULER reports it.
+    """
+
+    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    lengths: list[int] = field(default_factory=lambda: [4096])
+    samples: int = 100
+    seed: int = 0
+    haystack: str | None = None
+    squad: str | None = None
+    hotpotqa: str | None = None
+    hub: bool = True
+    name: str = "ruler"
+
+    def __post_init__(self) -> None:
+        for task in self.tasks:
+            _config(task)  # raises with the list of valid tasks
+        if not self.lengths or any(int(n) < 1 for n in self.lengths):
+            raise ValueError(f"bench.lengths={self.lengths} must be a non-empty list of positive token counts")
+        if self.samples < 1:
+            raise ValueError(f"bench.samples={self.samples} must be >= 1")
+
+    def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
+        data = RulerData(haystack=self.haystack, squad=self.squad, hotpotqa=self.hotpotqa, hub=self.hub)
+        samples: list[Sample] = []
+        for task in self.tasks:
+            for length in self.lengths:
+                try:
+                    samples += generate(task, tokenizer, int(length), self.samples, self.seed, data)
+                except FileNotFoundError as missing:
+                    print(f"skipping RULER {task}: {missing}", file=sys.stderr)
+                    break
+        return samples
+
+    def score(self, sample: Sample, prediction: str) -> float:
+        return score_metric(sample.metric, prediction, sample.references)
+
+    def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
+        """Average over tasks at each length (RULER's headline numbers)."""
+        by_length: dict[int, dict[str, list[float]]] = {}
+        for record in records:
+            length = int(record["meta"]["context_length"])
+            by_length.setdefault(length, {}).setdefault(record["task"], []).append(record["score"])
+        return {
+            "lengths": {
+                str(length): 100 * sum(sum(s) / len(s) for s in tasks.values()) / len(tasks)
+                for length, tasks in sorted(by_length.items())
+            }
+        }
