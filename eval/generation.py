@@ -1,4 +1,4 @@
-"""Greedy answering of one prompt under a KV compressor, timed, for both evaluation protocols."""
+"""Greedy answering and teacher forcing of one prompt under a KV compressor, for both protocols."""
 
 from __future__ import annotations
 
@@ -28,12 +28,35 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int) -> torch.Tensor:
+def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):
     device = model.device
     input_ids = torch.tensor([ids], device=device)
     positions = torch.arange(start, start + len(ids), device=device)[None]
-    out = model(input_ids=input_ids, cache=cache, position_ids=positions, use_cache=True, logits_to_keep=1)
-    return out.logits[0, -1]
+    out = model(input_ids=input_ids, cache=cache, position_ids=positions, use_cache=True, logits_to_keep=int(last_only))
+    return out.logits[0, -1] if last_only else out.logits[0]
+
+
+def prefill(
+    model: PreTrainedModel, prompt: PromptTokens, protocol: str, compressor: KVCompressor
+) -> tuple[DynamicCache, torch.Tensor, float]:
+    """Run the prompt into a fresh cache (evicting at the end of the compressed part).
+
+    ``query_aware`` prefills context and query together, so the observation window sees the
+    question; ``query_agnostic`` prefills (and compresses) the context alone and appends the
+    query to the compressed cache. Returns the cache, the last position's logits and the mean
+    number of prompt tokens kept per layer.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
+    cache = DynamicCache(config=model.config)
+    if protocol == "query_aware":
+        logits = _forward(model, prompt.context + prompt.query, cache, 0)
+    else:
+        logits = _forward(model, prompt.context, cache, 0)
+        if prompt.query:
+            logits = _forward(model, prompt.query, cache, len(prompt.context))
+    kept = compressor.record.kept if compressor.active else []
+    return cache, logits, (sum(kept) / len(kept) if kept else float(prompt.length))
 
 
 @torch.no_grad()
@@ -45,29 +68,14 @@ def answer(
     max_new_tokens: int,
     eos_ids: set[int],
 ) -> Answer:
-    """Prefill (evicting at its end), then greedy decoding until EOS or ``max_new_tokens``.
-
-    ``query_aware`` prefills context and query together, so the observation window sees the
-    question; ``query_agnostic`` prefills (and compresses) the context alone and appends the
-    query to the compressed cache.
-    """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol {protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
+    """Prefill (evicting at its end), then greedy decoding until EOS or ``max_new_tokens``."""
     device = model.device
-    cache = DynamicCache(config=model.config)
     compressor.decode_reserve = max_new_tokens
     _sync(device)
     start = time.perf_counter()
-    if protocol == "query_aware":
-        logits = _forward(model, prompt.context + prompt.query, cache, 0)
-    else:
-        logits = _forward(model, prompt.context, cache, 0)
-        if prompt.query:
-            logits = _forward(model, prompt.query, cache, len(prompt.context))
+    cache, logits, kept_tokens = prefill(model, prompt, protocol, compressor)
     _sync(device)
-    prefill = time.perf_counter() - start
-    kept = compressor.record.kept
-    kept_tokens = sum(kept) / len(kept) if kept else float(prompt.length)
+    prefill_seconds = time.perf_counter() - start
 
     tokens: list[int] = []
     position = prompt.length
@@ -81,4 +89,23 @@ def answer(
             logits = _forward(model, [token], cache, position)
             position += 1
     _sync(device)
-    return Answer(tokens, prefill, time.perf_counter() - start, kept_tokens)
+    return Answer(tokens, prefill_seconds, time.perf_counter() - start, kept_tokens)
+
+
+@torch.no_grad()
+def teacher_forced_logprobs(
+    model: PreTrainedModel, prompt: PromptTokens, compressor: KVCompressor, protocol: str, targets: list[int]
+) -> torch.Tensor:
+    """Log-probabilities ``[len(targets), vocab]`` (float32) of the next token at each target position.
+
+    Row ``t`` is the model's distribution for ``targets[t]`` given the prompt and
+    ``targets[:t]``; the targets are fed in one forward after the prefill.
+    """
+    if not targets:
+        raise ValueError("teacher forcing needs at least one target token")
+    compressor.decode_reserve = len(targets)
+    cache, last, _ = prefill(model, prompt, protocol, compressor)
+    rows = [last[None]]
+    if len(targets) > 1:
+        rows.append(_forward(model, targets[:-1], cache, prompt.length, last_only=False))
+    return torch.cat(rows).float().log_softmax(-1)

@@ -55,19 +55,41 @@ def prepare_folder(cfg: DictConfig, settings: RunSettings, budget: Budget) -> Pa
     return folder
 
 
-def record_for(sample: Sample, prediction: str, score: float, prompt_tokens: int, reply: Any, truncated: int) -> dict:
+def evaluate(
+    benchmark: Any,
+    model: Any,
+    tokenizer: Any,
+    sample: Sample,
+    prompt: Any,
+    compressor: Any,
+    protocol: str,
+    eos: set[int],
+) -> dict[str, Any]:
+    """Answer and score one sample; benchmarks with ``evaluate_sample`` (e.g. fidelity) do it themselves."""
+    custom = getattr(benchmark, "evaluate_sample", None)
+    if custom is not None:
+        return custom(model, tokenizer, sample, prompt, compressor, protocol, eos)
+    reply = answer(model, prompt, compressor, protocol, sample.max_new_tokens, eos)
+    prediction = tokenizer.decode(reply.tokens, skip_special_tokens=True)
     return {
-        "id": sample.id,
-        "task": sample.task,
-        "context_length": prompt_tokens,
-        "truncated_tokens": truncated,
-        "kept_tokens": round(reply.kept_tokens, 2),
         "prediction": prediction,
-        "references": sample.references,
-        "score": score,
+        "score": float(benchmark.score(sample, prediction)),
+        "kept_tokens": reply.kept_tokens,
         "prefill_seconds": round(reply.prefill_seconds, 4),
         "decode_seconds": round(reply.decode_seconds, 4),
         "new_tokens": len(reply.tokens),
+    }
+
+
+def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": sample.id,
+        "task": sample.task,
+        "context_length": prompt.length,
+        "truncated_tokens": prompt.truncated,
+        **outcome,
+        "kept_tokens": round(outcome["kept_tokens"], 2),
+        "references": sample.references,
         "meta": sample.meta,
     }
 
@@ -99,11 +121,9 @@ def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
             with compress(model, policy, budget) as compressor:
                 for sample in bar:
                     prompt = tokenize(sample, tokenizer, spec.chat_template, spec.max_context)
-                    reply = answer(model, prompt, compressor, cfg.protocol, sample.max_new_tokens, eos)
-                    prediction = tokenizer.decode(reply.tokens, skip_special_tokens=True)
-                    score = float(benchmark.score(sample, prediction))
-                    log.append(record_for(sample, prediction, score, prompt.length, reply, prompt.truncated))
-                    bar.set_postfix(score=f"{100 * score:.0f}")
+                    outcome = evaluate(benchmark, model, tokenizer, sample, prompt, compressor, cfg.protocol, eos)
+                    log.append(record_for(sample, prompt, outcome))
+                    bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
         records = [log.records[s.id] for s in samples if s.id in log.records]
 
     summary = summarize(records, task_order)

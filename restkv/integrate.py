@@ -17,10 +17,11 @@ ids, and our own decoding loops must too.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,7 +125,10 @@ class KVCompressor:
     ...     model.generate(input_ids, max_new_tokens=32)
 
     ``decode_reserve`` preallocates room for that many decoded tokens per layer (see
-    `restkv.cache.CompressedLayer`). ``record`` holds what the last prefill kept.
+    `restkv.cache.CompressedLayer`), evicted or not: a layer the policy keeps whole (the full
+    cache, or a budget at least the prompt) is moved into a preallocated layer too, so that full
+    and compressed caches decode alike. 0 keeps transformers' concatenating layers for unevicted
+    layers. ``record`` holds what the last prefill kept.
     """
 
     def __init__(self, model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0) -> None:
@@ -146,6 +150,7 @@ class KVCompressor:
                 f"supported: {', '.join(SUPPORTED_ATTENTION)}"
             )
         self.record = PrefillRecord()
+        self.active = True
         self._captured: dict[int, tuple[torch.Tensor, int]] = {}
         self._grams: dict[int, torch.Tensor] = {}
         self._hooks: list[Any] = []
@@ -172,9 +177,20 @@ class KVCompressor:
         self._captured.clear()
         self._grams.clear()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Run the model with the full cache inside the ``with`` block (e.g. for a reference pass)."""
+        previous, self.active = self.active, False
+        try:
+            yield
+        finally:
+            self.active = previous
+
     # -- the two halves of the mechanism ---------------------------------------------------------------
 
     def _capture(self, module: nn.Module, query: torch.Tensor) -> None:
+        if not self.active:
+            return
         length = query.shape[2]
         kept = query if self.policy.needs_all_queries else query[:, :, -self.policy.window :]
         self._captured[module.layer_idx] = (kept, length)
@@ -225,6 +241,8 @@ class KVCompressor:
         self.record.indices.append(indices)
         if indices is None:
             self.record.kept.append(keys.shape[2])
+            if self.decode_reserve > 0:  # the full cache gets the same preallocated decode room
+                cache.layers[layer] = CompressedLayer(keys, values, reserve=self.decode_reserve)
             return
         kept_keys, kept_values = gather_positions(keys, indices), gather_positions(values, indices)
         repeat = kept_keys.shape[1] // keys.shape[1]

@@ -167,3 +167,13 @@ def test_ratio_budget(make_model) -> None:
     with compress(model, SnapKV(window=WINDOW), budget=0.5) as compressor:
         model.generate(prompt(), max_new_tokens=1, do_sample=False)
     assert compressor.record.kept == [PROMPT // 2] * 2
+
+
+def test_paused_compressor_keeps_the_full_cache(make_model) -> None:
+    model = make_model()
+    with compress(model, SnapKV(window=WINDOW), budget=BUDGET) as compressor:
+        with compressor.paused():
+            full = model.generate(prompt(), max_new_tokens=1, do_sample=False, return_dict_in_generate=True)
+        evicted = model.generate(prompt(), max_new_tokens=1, do_sample=False, return_dict_in_generate=True)
+    assert full.cache.get_seq_length() == PROMPT
+    assert evicted.cache.get_seq_length() == BUDGET
