@@ -19,6 +19,13 @@ from eval.results import PredictionLog, format_table, run_folder, summarize, wri
 from restkv import Budget, compress
 
 
+if not OmegaConf.has_resolver("range_list"):
+    # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid
+    OmegaConf.register_new_resolver(
+        "range_list", lambda start, stop, step: list(range(int(start), int(stop), int(step)))
+    )
+
+
 @dataclass
 class RunSettings:
     """What names the run: config group choices and the overrides hashed into the folder name."""
