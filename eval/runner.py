@@ -18,7 +18,6 @@ from eval.prompting import tokenize
 from eval.results import PredictionLog, format_table, run_folder, summarize, write_metrics
 from restkv import Budget, compress
 
-
 if not OmegaConf.has_resolver("range_list"):
     # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid
     OmegaConf.register_new_resolver(
