@@ -119,7 +119,7 @@ def reconstruction_after(
     values: torch.Tensor,
     gram: torch.Tensor | None,
     tau: float,
-    chunk: int = 1024,
+    chunk: int = 512,
 ) -> torch.Tensor:
     """ReST-KV's output-change score from an aggregated attention row (``after`` order).
 

@@ -1,10 +1,12 @@
 """Scoring cost of ReST-KV against SnapKV on one Llama-3.1-8B-shaped layer.
 
 Prints, for each context length, the time and peak memory of one layer's eviction decision
-(scores + top-k; ReST-KV's Gram matrices recomputed every call) for both policies, and the
-ratios ReST-KV / SnapKV measured side by side in this run. Each measurement runs in a fresh
-subprocess so that peak memory (``ru_maxrss``) belongs to that policy alone; the two policies
-alternate over several rounds to spread machine noise.
+(scores + top-k) for both policies, and the ratios ReST-KV / SnapKV measured side by side in
+this run. ReST-KV is measured twice: ``restkv`` as the integration runs it per prompt (the
+per-head Gram matrices ``W_o^hT W_o^h`` depend only on the weights and are computed once per
+layer and cached), and ``restkv+gram`` recomputing them in every call (their one-off cost).
+Each measurement runs in a fresh subprocess so that peak memory (``ru_maxrss``) belongs to that
+policy alone; the policies alternate over several rounds to spread machine noise.
 
     python scripts/bench_scoring.py                      # 8k and 16k tokens
     python scripts/bench_scoring.py --lengths 8192 --naive   # also the [heads, L, hidden] formula
@@ -38,7 +40,7 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def naive_select(inputs, budget: int) -> torch.Tensor:
+def naive_select(inputs, weight: torch.Tensor, budget: int) -> torch.Tensor:
     """ReST-KV ``after`` scores via an explicit ``W_o^h v_j`` projection of every token (no smoothing)."""
     from restkv import scoring
 
@@ -46,7 +48,7 @@ def naive_select(inputs, budget: int) -> torch.Tensor:
     past = inputs.length - WINDOW
     a = scoring.aggregate(attention[..., :past], "ema", 0.3)[0]  # [h, P]
     values = inputs.values[0].repeat_interleave(HEADS // KV_HEADS, 0)[:, :past]  # [h, P, d]
-    weight = inputs.o_proj_weight.view(HIDDEN, HEADS, HEAD_DIM)
+    weight = weight.view(HIDDEN, HEADS, HEAD_DIM)
     projected = torch.einsum("hpd,chd->hpc", values, weight)  # [h, P, hidden]
     output = torch.einsum("hp,hpc->hc", a, projected)
     scores = a / (1 - a) * (output[:, None] - projected).norm(dim=-1)
@@ -60,19 +62,19 @@ def child(policy_name: str, length: int, budget: int, repeats: int) -> None:
 
     torch.manual_seed(0)
     weight = torch.randn(HIDDEN, HEADS * HEAD_DIM) / HIDDEN**0.5
+    cached = output_gram(weight, HEADS)
     inputs = LayerInputs(
         queries=torch.randn(1, HEADS, WINDOW, HEAD_DIM),
         keys=torch.randn(1, KV_HEADS, length, HEAD_DIM),
         values=torch.randn(1, KV_HEADS, length, HEAD_DIM),
         layer=0,
         num_layers=1,
-        output_gram=lambda: output_gram(weight, HEADS),
+        output_gram=(lambda: output_gram(weight, HEADS)) if policy_name == "restkv+gram" else (lambda: cached),
     )
-    inputs.o_proj_weight = weight  # only the naive formulation reads it
     if policy_name == "naive":
-        run = lambda: naive_select(inputs, budget)  # noqa: E731
+        run = lambda: naive_select(inputs, weight, budget)  # noqa: E731
     else:
-        policy = get_policy(policy_name, window=WINDOW)
+        policy = get_policy(policy_name.removesuffix("+gram"), window=WINDOW)
         run = lambda: policy.select(inputs, Budget(budget))  # noqa: E731
     baseline = rss_mb()
     with torch.no_grad():
@@ -108,12 +110,12 @@ def main() -> None:
         child(policy, int(length), int(budget), int(repeats))
         return
 
-    policies = ["snapkv", "restkv"] + (["naive"] if args.naive else [])
+    policies = ["snapkv", "restkv", "restkv+gram"] + (["naive"] if args.naive else [])
     print(
         f"layer: {HEADS} query heads, {KV_HEADS} kv heads, head_dim {HEAD_DIM}, hidden {HIDDEN}, "
         f"window {WINDOW}, budget {args.budget}, float32, {torch.get_num_threads()} threads"
     )
-    print(f"{'tokens':>7} {'policy':>7} {'seconds':>8} {'peak MB':>8} {'above inputs MB':>16}")
+    print(f"{'tokens':>7} {'policy':>11} {'seconds':>8} {'peak MB':>8} {'above inputs MB':>16}")
     for length in args.lengths:
         results: dict[str, list[dict]] = {p: [] for p in policies}
         for _ in range(args.rounds):
@@ -125,7 +127,7 @@ def main() -> None:
             peak = min(r["peak_mb"] for r in runs)
             above = min(r["peak_mb"] - r["inputs_mb"] for r in runs)
             summary[policy] = (seconds, peak, above)
-            print(f"{length:>7} {policy:>7} {seconds:>8.3f} {peak:>8.0f} {above:>16.0f}")
+            print(f"{length:>7} {policy:>11} {seconds:>8.3f} {peak:>8.0f} {above:>16.0f}")
         base = summary["snapkv"]
         for policy in policies[1:]:
             s, p, a = summary[policy]
