@@ -84,8 +84,10 @@ def temporal_weights(kind: str, window: int, alpha: float, device: torch.device 
 
 def aggregate(rows: torch.Tensor, kind: str, alpha: float) -> torch.Tensor:
     """Aggregate ``[..., w, P]`` over the window axis into ``[..., P]``."""
+    if kind == "sum":
+        return rows.sum(dim=-2)
     weights = temporal_weights(kind, rows.shape[-2], alpha, rows.device)
-    return torch.einsum("...wp,w->...p", rows, weights)
+    return (weights @ rows).to(rows.dtype)  # a batched vector-matrix product over the window axis
 
 
 # --- indicators ------------------------------------------------------------------------------------
