@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 
@@ -94,18 +95,27 @@ def answer(
 
 @torch.no_grad()
 def teacher_forced_logprobs(
-    model: PreTrainedModel, prompt: PromptTokens, compressor: KVCompressor, protocol: str, targets: list[int]
-) -> torch.Tensor:
-    """Log-probabilities ``[len(targets), vocab]`` (float32) of the next token at each target position.
+    model: PreTrainedModel,
+    prompt: PromptTokens,
+    compressor: KVCompressor,
+    protocol: str,
+    continuations: list[list[int]],
+) -> list[torch.Tensor]:
+    """For each continuation, log-probabilities ``[len, vocab]`` (float32) of its tokens' positions.
 
-    Row ``t`` is the model's distribution for ``targets[t]`` given the prompt and
-    ``targets[:t]``; the targets are fed in one forward after the prefill.
+    Row ``t`` is the model's distribution for ``continuation[t]`` given the prompt and
+    ``continuation[:t]``. The prompt is prefilled (and evicted) once; each continuation is fed
+    in one forward on its own copy of the cache.
     """
-    if not targets:
-        raise ValueError("teacher forcing needs at least one target token")
-    compressor.decode_reserve = len(targets)
+    if any(not tokens for tokens in continuations):
+        raise ValueError("teacher forcing needs at least one token per continuation")
+    compressor.decode_reserve = max(len(tokens) for tokens in continuations)
     cache, last, _ = prefill(model, prompt, protocol, compressor)
-    rows = [last[None]]
-    if len(targets) > 1:
-        rows.append(_forward(model, targets[:-1], cache, prompt.length, last_only=False))
-    return torch.cat(rows).float().log_softmax(-1)
+    results = []
+    for index, tokens in enumerate(continuations):
+        rows = [last[None]]
+        if len(tokens) > 1:
+            own = cache if index == len(continuations) - 1 else copy.deepcopy(cache)
+            rows.append(_forward(model, tokens[:-1], own, prompt.length, last_only=False))
+        results.append(torch.cat(rows).float().log_softmax(-1))
+    return results

@@ -27,6 +27,9 @@ from eval.generation import answer, teacher_forced_logprobs
 from eval.prompting import PromptTokens
 from restkv.integrate import KVCompressor
 
+_MAX_REFERENCES = 512
+_FULL_CACHE_REFERENCES: dict[tuple, tuple[torch.Tensor, list[int], list[int]]] = {}
+
 
 @dataclass
 class FidelityBenchmark:
@@ -62,13 +65,13 @@ class FidelityBenchmark:
         protocol: str,
         eos_ids: set[int],
     ) -> dict[str, Any]:
-        reference = tokenizer(self.answer_separator + sample.references[0], add_special_tokens=False)["input_ids"]
-        with compressor.paused():
-            full_reference = teacher_forced_logprobs(model, prompt, compressor, protocol, reference)
-            greedy = answer(model, prompt, compressor, protocol, self.tokens, set()).tokens
-        evicted_reference = teacher_forced_logprobs(model, prompt, compressor, protocol, reference)
+        full_reference, greedy, reference = self._full_cache_reference(
+            model, tokenizer, sample, prompt, compressor, protocol
+        )
+        evicted_reference, evicted_greedy = teacher_forced_logprobs(
+            model, prompt, compressor, protocol, [reference, greedy]
+        )
         kept = compressor.record.kept
-        evicted_greedy = teacher_forced_logprobs(model, prompt, compressor, protocol, greedy)
         kl = (full_reference.exp() * (full_reference - evicted_reference)).sum(-1).clamp_min(0)
         agreement = (evicted_greedy.argmax(-1) == torch.tensor(greedy, device=evicted_greedy.device)).float()
         return {
@@ -77,6 +80,25 @@ class FidelityBenchmark:
             "kl": float(kl.mean()),
             "kept_tokens": sum(kept) / len(kept) if kept else float(prompt.length),
         }
+
+    def _full_cache_reference(
+        self, model: Any, tokenizer: Any, sample: Sample, prompt: PromptTokens, compressor: KVCompressor, protocol: str
+    ) -> tuple[torch.Tensor, list[int], list[int]]:
+        """Full-cache log-probs over the reference, the full cache's greedy tokens, the reference tokens.
+
+        They do not depend on the policy, so they are kept (per model, prompt and protocol) for
+        the other policies and budgets compared in the same process.
+        """
+        key = (id(model), protocol, tuple(prompt.context), tuple(prompt.query), self.tokens, sample.references[0])
+        if key not in _FULL_CACHE_REFERENCES:
+            reference = tokenizer(self.answer_separator + sample.references[0], add_special_tokens=False)["input_ids"]
+            with compressor.paused():
+                greedy = answer(model, prompt, compressor, protocol, self.tokens, set()).tokens
+                (logprobs,) = teacher_forced_logprobs(model, prompt, compressor, protocol, [reference])
+            if len(_FULL_CACHE_REFERENCES) >= _MAX_REFERENCES:
+                _FULL_CACHE_REFERENCES.pop(next(iter(_FULL_CACHE_REFERENCES)))
+            _FULL_CACHE_REFERENCES[key] = (logprobs, greedy, reference)
+        return _FULL_CACHE_REFERENCES[key]
 
     def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
         by_task: dict[str, list[float]] = defaultdict(list)

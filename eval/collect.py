@@ -1,0 +1,77 @@
+"""Reading finished runs back: every ``metrics.json`` under a results root, as flat rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval.results import METRICS
+
+
+@dataclass
+class RunResult:
+    """One run folder's summary."""
+
+    bench: str
+    model: str
+    policy: str
+    budget: str
+    variant: str
+    """The hash suffix of other overrides ('' for none)."""
+    metrics: dict[str, Any]
+    folder: Path
+
+    @property
+    def average(self) -> float:
+        return float(self.metrics["average"])
+
+    @property
+    def budget_sort_key(self) -> tuple[int, float]:
+        try:
+            return (0, float(self.budget))
+        except ValueError:
+            return (1, 0.0)
+
+
+def load_runs(root: Path) -> list[RunResult]:
+    """Every run under ``root`` (layout ``bench/model/policy.../budget<B>[-hash]/metrics.json``)."""
+    runs = []
+    for path in sorted(Path(root).rglob(METRICS)):
+        folder = path.parent
+        parts = folder.relative_to(root).parts
+        if len(parts) < 4 or not parts[-1].startswith("budget"):
+            continue
+        budget, _, variant = parts[-1].removeprefix("budget").partition("-")
+        metrics = json.loads(path.read_text())
+        runs.append(RunResult(parts[0], parts[1], "/".join(parts[2:-1]), budget, variant, metrics, folder))
+    return runs
+
+
+def select(runs: Iterable[RunResult], **where: str) -> list[RunResult]:
+    """Runs whose named fields equal the given values (e.g. ``bench="ruler"``)."""
+    return [r for r in runs if all(getattr(r, key) == value for key, value in where.items())]
+
+
+def pivot(runs: list[RunResult], value: str = "average") -> tuple[list[str], list[str], dict[tuple[str, str], float]]:
+    """Policies x budgets grid of ``value`` (``average`` or a task name)."""
+    policies = list(dict.fromkeys(r.policy for r in runs))
+    budgets = [r.budget for r in sorted(runs, key=lambda r: r.budget_sort_key)]
+    budgets = list(dict.fromkeys(budgets))
+    grid = {}
+    for r in runs:
+        grid[(r.policy, r.budget)] = r.average if value == "average" else float(r.metrics["tasks"][value])
+    return policies, budgets, grid
+
+
+def format_grid(policies: list[str], budgets: list[str], grid: dict[tuple[str, str], float], digits: int = 1) -> str:
+    """Plain-text table, policies as rows and budgets as columns (missing cells shown as '-')."""
+    width = max(len("policy"), *(len(p) for p in policies))
+    lines = [f"{'policy':<{width}}  " + "  ".join(f"{b:>8}" for b in budgets)]
+    lines.append("-" * len(lines[0]))
+    for policy in policies:
+        cells = [grid.get((policy, b)) for b in budgets]
+        lines.append(f"{policy:<{width}}  " + "  ".join("       -" if c is None else f"{c:8.{digits}f}" for c in cells))
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""Accuracy and fidelity of every policy at several budgets, in one command, one table.
+
+    python scripts/compare_policies.py                                   # the micro suite (defaults)
+    python scripts/compare_policies.py --model llama-3.1-8b-instruct --lengths 8192 --samples 20
+
+For each policy and budget it runs the accuracy benchmark (RULER tasks) and the fidelity
+benchmark (KL to the full cache and greedy agreement on the same prompts) through the normal
+runner, so every run lands in its usual results folder and a rerun resumes. Prints accuracy,
+agreement and KL tables (policies x budgets) and saves a plot of accuracy against budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from eval.collect import format_grid  # noqa: E402
+from eval.run import CONFIGS  # noqa: E402
+from eval.runner import RunSettings, run_benchmark  # noqa: E402
+
+POLICIES = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "restkv"]
+TASKS = [
+    "niah_single_1",
+    "niah_single_2",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+]
+
+
+def run(bench: str, policy: str, budget: str, args: argparse.Namespace) -> dict:
+    tasks = "[" + ",".join(args.tasks) + "]"
+    lengths = "[" + ",".join(str(n) for n in args.lengths) + "]"
+    source = "bench.source." if bench == "fidelity" else "bench."
+    overrides = [
+        f"model={args.model}",
+        f"policy={policy}",
+        f"budget={budget}",
+        f"bench={bench}",
+        f"out_dir={args.out}",
+        f"{source}tasks={tasks}",
+        f"{source}lengths={lengths}",
+        f"{source}samples={args.samples}",
+        f"{source}seed={args.seed}",
+        f"protocol={args.protocol}",
+    ]
+    if bench == "fidelity":
+        overrides.append(f"bench.tokens={args.fidelity_tokens}")
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        cfg = compose(config_name="config", overrides=overrides)
+    hashed = [o for o in overrides if o.startswith(("bench.", "protocol="))]
+    return run_benchmark(cfg, RunSettings(bench, args.model, policy, overrides=hashed, out_dir=Path(args.out)))
+
+
+def plot(
+    accuracy: dict[tuple[str, str], float], budgets: list[str], policies: list[str], path: Path, title: str
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    x = [int(b) for b in budgets]
+    for policy in policies:
+        ys = [accuracy.get((policy, b)) for b in budgets]
+        style = {"linestyle": "--", "color": "black"} if policy == "full" else {"marker": "o"}
+        ax.plot(x, ys, label=policy, **style)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(x, [str(v) for v in x])
+    ax.set_xlabel("KV budget (tokens per layer, window included)")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="micro-llama")
+    parser.add_argument("--policies", nargs="+", default=POLICIES)
+    parser.add_argument("--budgets", nargs="+", default=["64", "128", "256"])
+    parser.add_argument("--tasks", nargs="+", default=TASKS)
+    parser.add_argument("--lengths", nargs="+", type=int, default=[2048])
+    parser.add_argument("--samples", type=int, default=4, help="samples per task and length")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--protocol", default="query_aware")
+    parser.add_argument("--fidelity-tokens", type=int, default=8)
+    parser.add_argument("--no-fidelity", action="store_true")
+    parser.add_argument("--out", default="results")
+    args = parser.parse_args()
+
+    accuracy: dict[tuple[str, str], float] = {}
+    agreement: dict[tuple[str, str], float] = {}
+    kl: dict[tuple[str, str], float] = {}
+    for policy in args.policies:
+        for budget in args.budgets:
+            if policy == "full" and budget != args.budgets[0]:
+                accuracy[(policy, budget)] = accuracy[(policy, args.budgets[0])]
+                continue
+            accuracy[(policy, budget)] = run("ruler", policy, budget, args)["average"]
+            if not args.no_fidelity and policy != "full":
+                summary = run("fidelity", policy, budget, args)
+                agreement[(policy, budget)] = summary["average"]
+                kl[(policy, budget)] = summary["kl_average"]
+
+    title = f"{args.model}, RULER {'/'.join(map(str, args.lengths))} tokens, {len(args.tasks)} tasks x {args.samples}"
+    print(f"\naccuracy (%) - {title}")
+    print(format_grid(args.policies, args.budgets, accuracy))
+    if agreement:
+        evicting = [p for p in args.policies if p != "full"]
+        print(f"\nfidelity: greedy agreement with the full cache (%), first {args.fidelity_tokens} tokens")
+        print(format_grid(evicting, args.budgets, agreement))
+        print("\nfidelity: KL(full || evicted) over the reference answer (nats per token)")
+        print(format_grid(evicting, args.budgets, kl, digits=4))
+    figure = Path(args.out) / "compare" / f"{args.model}-accuracy.png"
+    plot(accuracy, args.budgets, args.policies, figure, title)
+    print(f"\nplot: {figure}")
+
+
+if __name__ == "__main__":
+    main()

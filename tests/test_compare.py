@@ -1,0 +1,48 @@
+"""The one-command policy comparison and the results collector."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from eval.collect import format_grid, load_runs, pivot, select
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_compare_policies_prints_tables_and_plots(tmp_path: Path) -> None:
+    command = [
+        sys.executable,
+        str(REPO / "scripts" / "compare_policies.py"),
+        "--model",
+        "tiny-random-llama",
+        "--policies",
+        "full",
+        "streamingllm",
+        "--budgets",
+        "64",
+        "128",
+        "--tasks",
+        "niah_single_1",
+        "--lengths",
+        "600",
+        "--samples",
+        "1",
+        "--fidelity-tokens",
+        "3",
+        "--out",
+        str(tmp_path),
+    ]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert "accuracy (%)" in out and "greedy agreement" in out and "KL(full || evicted)" in out
+    assert (tmp_path / "compare" / "tiny-random-llama-accuracy.png").exists()
+
+    runs = load_runs(tmp_path)
+    ruler = select(runs, bench="ruler")
+    assert {(r.policy, r.budget) for r in ruler} == {("full", "64"), ("streamingllm", "64"), ("streamingllm", "128")}
+    assert all(r.variant for r in ruler), "bench overrides are hashed into the folder name"
+    policies, budgets, grid = pivot(select(runs, bench="fidelity"))
+    assert policies == ["streamingllm"] and budgets == ["64", "128"]
+    table = format_grid(policies, budgets, grid)
+    assert table.splitlines()[0].split() == ["policy", "64", "128"]
