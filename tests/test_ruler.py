@@ -230,6 +230,7 @@ def test_qa_from_hub_rows(tokenizer, tmp_path, monkeypatch) -> None:
         return squad_rows if "squad" in name else hotpot_rows
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
+    monkeypatch.setattr(ruler, "hub_reachable", lambda: True)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     data = RulerData(squad=tmp_path / "s.json", hotpotqa=tmp_path / "h.json", hub=True)
