@@ -32,9 +32,9 @@ def render(sample: Sample, tokenizer: PreTrainedTokenizerBase, chat: bool) -> tu
     if not (chat and sample.chat_template and tokenizer.chat_template):
         return sample.context, sample.question + sample.answer_prefix, False
     user = sample.context + sample.question
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": user}], tokenize=False, add_generation_prompt=True
-    )
+    messages = [{"role": "system", "content": sample.system_prompt}] if sample.system_prompt else []
+    messages.append({"role": "user", "content": user})
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     at = text.find(user)
     if at < 0:
         raise ValueError(f"the chat template of {tokenizer.name_or_path} altered the prompt of sample {sample.id}")

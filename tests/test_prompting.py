@@ -1,0 +1,76 @@
+"""Prompt assembly: raw and chat-templated prompts, the context/query split, middle truncation."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import AutoTokenizer
+
+from eval.benchmarks.base import Sample
+from eval.models import resolve
+from eval.prompting import tokenize, truncate_middle
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(resolve("models/tiny-random-llama"))
+
+
+def sample(**changes) -> Sample:
+    fields = {
+        "id": "s",
+        "task": "t",
+        "context": "Once upon a time there was a long story. " * 20,
+        "question": "\nWho was there?",
+        "answer_prefix": " Answer:",
+        "references": ["x"],
+        "max_new_tokens": 8,
+        "metric": "string_match_all",
+    }
+    return Sample(**(fields | changes))
+
+
+def test_truncate_middle_keeps_head_and_tail() -> None:
+    assert truncate_middle(list(range(10)), 4) == [0, 1, 8, 9]
+    assert truncate_middle(list(range(10)), 5) == [0, 1, 7, 8, 9]
+    assert truncate_middle(list(range(3)), 5) == [0, 1, 2]
+
+
+def test_raw_prompt_split(tokenizer) -> None:
+    s = sample()
+    prompt = tokenize(s, tokenizer, chat=True, max_context=10_000)  # no chat template on this tokenizer
+    assert tokenizer.decode(prompt.context) == s.context
+    assert tokenizer.decode(prompt.query) == s.question + s.answer_prefix
+    assert prompt.truncated == 0
+
+
+def test_chat_template_wraps_the_whole_prompt_and_splits_after_the_context(tokenizer) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(resolve("models/tiny-random-llama"))
+    tokenizer.chat_template = CHAT_TEMPLATE
+    s = sample(system_prompt="Be brief.")
+    prompt = tokenize(s, tokenizer, chat=True, max_context=10_000)
+    context, query = tokenizer.decode(prompt.context), tokenizer.decode(prompt.query)
+    assert context.startswith("<|system|>Be brief.<|end|><|user|>Once upon a time")
+    assert query == "\nWho was there?<|end|><|assistant|> Answer:"
+    raw = tokenize(sample(chat_template=False), tokenizer, chat=True, max_context=10_000)
+    assert tokenizer.decode(raw.context).startswith("Once upon")
+
+
+def test_long_context_is_cut_in_the_middle_to_fit_with_the_answer(tokenizer) -> None:
+    s = sample()
+    full = tokenize(s, tokenizer, chat=False, max_context=10_000)
+    cut = tokenize(s, tokenizer, chat=False, max_context=100)
+    assert cut.length + s.max_new_tokens == 100
+    assert cut.truncated == full.length - cut.length
+    assert cut.query == full.query
+    head = (100 - s.max_new_tokens - len(full.query)) // 2
+    assert cut.context[:head] == full.context[:head] and cut.context[-10:] == full.context[-10:]
+
+
+def test_no_room_for_context_is_an_error(tokenizer) -> None:
+    with pytest.raises(ValueError, match="leave no room for context in max_context=10"):
+        tokenize(sample(), tokenizer, chat=False, max_context=10)
