@@ -119,3 +119,42 @@ def test_ruler_and_niah_benchmarks_run_through_the_runner(tmp_path: Path, capsys
     niah = run_benchmark(niah_cfg, RunSettings("niah", "tiny-random-llama", "restkv", out_dir=tmp_path))
     assert niah["samples"] == {"niah": 4}
     assert (tmp_path / "niah" / "tiny-random-llama" / "restkv" / "budget256" / "heatmap.png").stat().st_size > 1000
+
+
+def test_killed_run_resumes_without_losing_finished_samples(tmp_path: Path) -> None:
+    """A real `eval/run.py` process is killed mid-run (SIGKILL), then the same command finishes it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(CONFIGS).parent
+    command = [
+        sys.executable,
+        str(repo / "eval" / "run.py"),
+        f"out_dir={tmp_path}",
+        "budget=64",
+        "policy.window=8",
+        "bench.tasks=[niah_single_1,niah_single_2]",
+        "bench.lengths=[600]",
+        "bench.samples=3",
+        "bench.hub=false",
+    ]
+    log = tmp_path / "ruler" / "tiny-random-llama" / "restkv"
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    deadline = time.time() + 120
+    lines: list[str] = []
+    while time.time() < deadline and len(lines) < 2:
+        files = list(log.rglob(PREDICTIONS))
+        lines = files[0].read_text().splitlines() if files else []
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    (path,) = log.rglob(PREDICTIONS)
+    before = [line for line in path.read_text().splitlines() if line.endswith("}")]
+    assert 2 <= len(before) < 6, "the run was not killed halfway"
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert f"{len(before)} of 6 samples already done" in done.stdout
+    after = path.read_text().splitlines()
+    assert len(after) == 6 and after[: len(before)] == before
