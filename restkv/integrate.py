@@ -53,14 +53,18 @@ def _original_attention(module: nn.Module, implementation: str) -> Callable[...,
     return ALL_ATTENTION_FUNCTIONS._global_mapping[implementation]
 
 
-def _capturing_attention(implementation: str) -> Callable[..., Any]:
-    """An attention function that records prefill queries for modules under compression."""
+def _capturing_attention(implementation: str, previous: Callable[..., Any] | None) -> Callable[..., Any]:
+    """An attention function that records prefill queries for modules under compression.
+
+    It then calls what would have run without it: a locally registered override if there was
+    one, else the implementation's own function.
+    """
 
     def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args, **kwargs):
         compressor = _ACTIVE.get(module)
         if compressor is not None and query.shape[2] > 1:
             compressor._capture(module, query)
-        original = _original_attention(module, implementation)
+        original = previous or _original_attention(module, implementation)
         groups = getattr(module, "num_key_value_groups", 1)
         if key.shape[1] == query.shape[1] and groups > 1:  # cache holds per-query-head selections
             module.num_key_value_groups = 1
@@ -77,7 +81,7 @@ def _install(implementation: str) -> None:
     users, previous = _INSTALLED.get(implementation, (0, None))
     if users == 0:
         previous = ALL_ATTENTION_FUNCTIONS._local_mapping.get(implementation)
-        ALL_ATTENTION_FUNCTIONS[implementation] = _capturing_attention(implementation)
+        ALL_ATTENTION_FUNCTIONS[implementation] = _capturing_attention(implementation, previous)
     _INSTALLED[implementation] = (users + 1, previous)
 
 
