@@ -25,6 +25,14 @@ class RunResult:
     folder: Path
 
     @property
+    def config(self) -> dict[str, Any]:
+        """The run's resolved configuration (``config.yaml``), e.g. ``config["policy"]["alpha"]``."""
+        import yaml
+
+        path = self.folder / "config.yaml"
+        return yaml.safe_load(path.read_text()) if path.exists() else {}
+
+    @property
     def average(self) -> float:
         return float(self.metrics["average"])
 
