@@ -1,0 +1,373 @@
+"""InfiniteBench (Zhang et al., 2024, "∞Bench"), the 12 tasks the ReST-KV authors ran, from the official files.
+
+Tasks, prompts, generation lengths and metrics
+    The prompt templates are the official ones for open models (``yarn_mistral_templates`` in
+    ``src/prompt.py`` of OpenBMB/InfiniteBench, used there for YaRN-Mistral, Yi-200K and
+    ChatGLM3), reproduced exactly; the ReST-KV authors' ``run_infinite_bench.py`` carries an
+    identical copy. They are filled as the official ``create_prompt`` does: ``code_run`` takes the
+    function call ``func_<n>(<x>)`` found in ``input``, ``math_find`` asks "What is <the ... number>
+    in the following list?" from the ``The ... of`` phrase of ``input``, the multiple-choice tasks
+    fill ``OPTION_A``..``OPTION_D`` from ``options``.
+
+    Generation lengths (``generation_lengths`` knob): ``authors`` (default, reproduces the paper)
+    uses the authors' ``dataset2maxlen``, which differs from the official
+    ``DATA_NAME_TO_MAX_NEW_TOKENS`` (``official``) for three tasks: passkey 15 (official 6),
+    number_string 20 (12), kv_retrieval 80 (50); the other nine are equal (longbook_sum_eng 1200,
+    math_calc 30000, ...).
+
+    Scorers: ``infbench_<task>`` of :mod:`eval.metrics` (the official ``compute_scores.py``). The
+    references are built as the official ``get_answer`` does: ``[answer_text, letter]`` for
+    longbook_choice_eng and code_debug; the answer list otherwise, each value passed through
+    ``str`` (math_find: the JSON number; math_calc: one string per expected value, the list
+    unwrapped when nested as in the official file; code_run: the integer).
+
+Context / question split
+    The template is cut at ``{context}``: ``Sample.context`` is the template head plus the
+    record's context (compressed alone under ``query_agnostic``, cut from the middle when too
+    long), ``Sample.question`` the rest with the question, options or cue filled in.
+    ``context + question`` is the official prompt.
+
+Chat template (``chat_template`` knob)
+    ``authors`` (default): the authors' raw prompt, wrapped as ``"[INST] {prompt} [/INST]"`` for
+    Llama-2 models only (see :mod:`eval.benchmarks.longbench`); ``official``: the official harness
+    feeds open models the raw prompt, so no chat template; ``none``: raw; ``chat``: the model's
+    chat template on every task.
+
+Truncation
+    The authors cut the whole prompt to its first and last ``model2maxlen // 2`` tokens
+    (127000 for Llama-3.1); official InfiniteBench cuts it to 128k tokens. Here the context alone
+    is cut so that prompt + ``max_new_tokens`` fit ``model.max_context`` (see
+    :mod:`eval.prompting`), so the question and options always survive. With math_calc's
+    30000-token answer budget this keeps 30000 fewer context tokens than the authors.
+
+Data
+    ``<task>.jsonl`` files as in the hub repository ``xinrongzhang2022/InfiniteBench`` (one per
+    task), read from ``data_dir`` (default ``data/InfiniteBench``, fetched by
+    ``python scripts/download_data.py infinitebench``); when a file is missing, ``hub`` is true
+    and the hub answers, that file is downloaded with ``huggingface_hub``. Fields: ``id`` (int),
+    ``context`` (str), ``input`` (str), ``answer`` (list, or a bare value: str for text tasks,
+    int/float for math_find and code_run, a list of ints for math_calc) and ``options`` (list of
+    str; required, four of them, for the two multiple-choice tasks).
+
+Bad input raises before anything is generated (finished predictions are untouched):
+:class:`~eval.benchmarks.jsonl.DataFileError` with ``file:line``, task and field; ``ValueError``
+listing the valid tasks for an unknown one; ``FileNotFoundError`` listing every missing file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eval.benchmarks.base import Sample
+from eval.benchmarks.jsonl import DataFileError, Field, JsonlSource, all_items, check_fields, open_jsonl, resolve_path
+from eval.benchmarks.longbench import CHAT_TEMPLATE_MODES, is_llama2
+from eval.hub import hub_reachable
+from eval.metrics import score as score_metric
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+HUB_REPO = "xinrongzhang2022/InfiniteBench"
+DEFAULT_DATA_DIR = "data/InfiniteBench"
+HOW_TO_GET = "run `python scripts/download_data.py infinitebench` (or put the official jsonl files in bench.data_dir)"
+
+TASKS: tuple[str, ...] = (
+    "passkey", "number_string", "kv_retrieval", "longbook_sum_eng", "longbook_choice_eng", "longbook_qa_eng",
+    "longbook_qa_chn", "longdialogue_qa_eng", "math_find", "math_calc", "code_run", "code_debug",
+)  # fmt: skip
+"""The 12 tasks of the authors' ``run_infinite_bench.py`` / ``eval_infinite.py``."""
+
+CHOICE_TASKS: frozenset[str] = frozenset({"longbook_choice_eng", "code_debug"})
+GENERATION_LENGTHS: tuple[str, ...] = ("authors", "official")
+
+# src/prompt.py `yarn_mistral_templates` (official, open models) == the authors' `data2prompt`.
+PROMPTS: dict[str, str] = {
+    "passkey": (
+        "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. I will quiz "
+        "you about the important information.\n\n{context}\n\n{input}\n\nThe pass key is"
+    ),
+    "number_string": (
+        "There is an important info hidden inside a lot of irrelevant text. Find it. I will quiz you about the "
+        "important information there.\n\n{context}\n\n{input}\n\nThe sequence of digits is"
+    ),
+    "kv_retrieval": (
+        "Extract the value corresponding to the specified key in the JSON object below.\n\n{context}\n\n{input}"
+    ),
+    "longbook_sum_eng": "Summarize the book below.\n\n{context}\n\nSummary:",
+    "longbook_choice_eng": (
+        "Read the book and answer the question.\n\n{context}\n\nQuestion: {question}\nA. {OPTION_A}\nB. {OPTION_B}\n"
+        "C. {OPTION_C}\nD. {OPTION_D}\n\nThe letter of the correct answer is"
+    ),
+    "longbook_qa_eng": (
+        "Read the book and answer the question. Be very concise in your answer.\n\n{context}\n\n"
+        "Question: {question}\nAnswer:"
+    ),
+    "longbook_qa_chn": "阅读以下书籍然后回答问题。\n\n{context}\n\n问题：{question}\n答案：",
+    "math_find": "{prefix}\n\n{context}\n\n{input}",
+    "math_calc": (
+        "Let us calculate the intermediate values of an expression.\n\nExpression: 1 + 3 + 4\nValues: [1, 4, 8]\n\n"
+        "Expression: 8 - 3 + 2 - 4\nValues: [8, 5, 7, 3]\n\nExpression: {context}\nValues:"
+    ),
+    "code_run": (
+        "There is a function called {func} in the following Python code.\n\n{context}\n\n"
+        "Please compute the exact value of {func_call}. The value of {func_call} is"
+    ),
+    "code_debug": (
+        "Following is a Python code where exactly one of the functions/methods has a deliberate error that makes it "
+        "crash.\n\n{context}\n\nOptions:\nA. {OPTION_A}\nB. {OPTION_B}\nC. {OPTION_C}\nD. {OPTION_D}\n\n"
+        "The correct option is:"
+    ),
+    "longdialogue_qa_eng": (
+        'Below is a dialogue script where one random occurrence of a character name is replaced with "$$MASK$$", '
+        "and you should try to guess who that character is.\n\n{context}\n\n"
+        "The name that has been replaced with $$MASK$$ is likely"
+    ),
+}
+
+# The authors' run_infinite_bench.py `dataset2maxlen`.
+AUTHORS_MAX_NEW_TOKENS: dict[str, int] = {
+    "passkey": 15,
+    "number_string": 20,
+    "kv_retrieval": 80,
+    "longbook_sum_eng": 1200,
+    "longbook_choice_eng": 40,
+    "longbook_qa_eng": 40,
+    "longbook_qa_chn": 40,
+    "longdialogue_qa_eng": 40,
+    "math_find": 3,
+    "math_calc": 30000,
+    "code_run": 5,
+    "code_debug": 5,
+}
+
+# Official src/eval_utils.py `DATA_NAME_TO_MAX_NEW_TOKENS`.
+OFFICIAL_MAX_NEW_TOKENS: dict[str, int] = {
+    **AUTHORS_MAX_NEW_TOKENS,
+    "passkey": 6,
+    "number_string": 12,
+    "kv_retrieval": 50,
+}
+
+_CODE_RUN_CALL = re.compile(r"func_[0-9]+\(\-?[0-9]+\)")
+_MATH_FIND_TARGET = re.compile(r"The .+ of")
+
+_FIELDS: dict[str, Field] = {
+    "id": Field((int, str), "an integer id"),
+    "context": Field((str,), "a string"),
+    "input": Field((str,), "a string"),
+    "answer": Field((list, str, int, float), "a list of answers (or one answer)"),
+    "options": Field((list,), "a list of strings", required=False),
+}
+
+
+def max_new_tokens(task: str, generation_lengths: str = "authors") -> int:
+    """The generation length of ``task`` under the ``authors`` or ``official`` table."""
+    table = AUTHORS_MAX_NEW_TOKENS if generation_lengths == "authors" else OFFICIAL_MAX_NEW_TOKENS
+    return table[task]
+
+
+def check_tasks(tasks: list[str] | tuple[str, ...]) -> list[str]:
+    """``tasks`` (``all`` expands to the 12); raises ``ValueError`` listing the valid names otherwise."""
+    out: list[str] = []
+    for task in tasks:
+        if task == "all":
+            out.extend(TASKS)
+        elif task in PROMPTS:
+            out.append(task)
+        else:
+            raise ValueError(f"unknown InfiniteBench task {task!r}; valid tasks: {', '.join(TASKS)} (alias: all)")
+    return list(dict.fromkeys(out))
+
+
+def _fail(where: str, line: int, task: str, message: str) -> DataFileError:
+    return DataFileError(f"{where}:{line}: InfiniteBench task {task!r}: {message}")
+
+
+def _options(record: dict[str, Any], task: str, where: str, line: int) -> list[str]:
+    options = record.get("options")
+    if options is None:
+        raise _fail(where, line, task, "missing field 'options' (the four answer options)")
+    if len(options) < 4 or not all_items(options, (str,)):
+        raise _fail(where, line, task, f"field 'options' must list four strings, got {options!r:.80}")
+    return options
+
+
+def format_fields(task: str, record: dict[str, Any], where: str = "<data>", line: int = 0) -> dict[str, str]:
+    """The values the official ``create_prompt`` puts into the template of ``task`` (context excluded)."""
+    text = record["input"]
+    if task == "code_run":
+        found = _CODE_RUN_CALL.findall(text)
+        if not found:
+            raise _fail(where, line, task, f"field 'input' has no function call like func_1(-2): {text[:80]!r}")
+        return {"func": found[0].split("(")[0], "func_call": found[0]}
+    if task == "math_find":
+        found = _MATH_FIND_TARGET.findall(text)
+        if not found:
+            raise _fail(where, line, task, f"field 'input' has no 'The ... of' phrase: {text[:80]!r}")
+        target = found[0].lower()[:-3]
+        return {"prefix": f"What is {target} in the following list?", "input": text}
+    if task in CHOICE_TASKS:
+        options = _options(record, task, where, line)
+        letters = {f"OPTION_{letter}": options[i] for i, letter in enumerate("ABCD")}
+        return {"question": text, **letters} if task == "longbook_choice_eng" else letters
+    if task in ("longbook_qa_eng", "longbook_qa_chn"):
+        return {"question": text}
+    return {"input": text}
+
+
+def split_prompt(task: str, record: dict[str, Any], where: str = "<data>", line: int = 0) -> tuple[str, str]:
+    """The official prompt of ``record`` cut after its context: ``(head + context, rest)``."""
+    values = format_fields(task, record, where, line)
+    head, tail = PROMPTS[task].split("{context}")
+    return head.format(**values) + record["context"], tail.format(**values)
+
+
+def references(task: str, record: dict[str, Any], where: str = "<data>", line: int = 0) -> list[str]:
+    """The reference list the ``infbench_<task>`` scorer expects (official ``get_answer``, as strings)."""
+    answer = record["answer"]
+    if task in CHOICE_TASKS:
+        options = _options(record, task, where, line)
+        if isinstance(answer, list) and len(answer) == 2 and answer[1] in ("A", "B", "C", "D"):
+            return [str(answer[0]), answer[1]]
+        text = answer[0] if isinstance(answer, list) and len(answer) == 1 else answer
+        if not isinstance(text, str) or text not in options:
+            raise _fail(where, line, task, f"field 'answer' must be one of the options, got {answer!r:.80}")
+        return [text, "ABCD"[options.index(text)]]
+    if task == "math_calc":
+        values = answer[0] if isinstance(answer, list) and answer and isinstance(answer[0], list) else answer
+        if not isinstance(values, list) or not values or not all_items(values, (int,)):
+            raise _fail(where, line, task, f"field 'answer' must be the list of integer values, got {answer!r:.80}")
+        return [str(v) for v in values]
+    values = answer if isinstance(answer, list) else [answer]
+    if not values:
+        raise _fail(where, line, task, "field 'answer' is empty")
+    if task in ("math_find", "code_run"):
+        kinds: tuple[type, ...] = (int, float, str) if task == "math_find" else (int, str)
+        if not all_items(values, kinds):
+            raise _fail(where, line, task, f"field 'answer' must hold a number, got {answer!r:.80}")
+    elif not all_items(values, (str, int)):
+        raise _fail(where, line, task, f"field 'answer' must hold strings, got {answer!r:.80}")
+    return [str(v) for v in values]
+
+
+@dataclass
+class InfiniteBenchBenchmark:
+    """InfiniteBench tasks from the official jsonl files (see the module docstring).
+
+    ``tasks``: task names or ``all`` (the 12 the authors ran, the default). ``samples``: at most
+    this many samples per task (the first ones); ``None`` runs all. ``max_new_tokens_cap``: lowers
+    every generation length to at most this (quick CPU checks only).
+    """
+
+    tasks: list[str] = field(default_factory=lambda: ["all"])
+    data_dir: str = DEFAULT_DATA_DIR
+    hub: bool = True
+    chat_template: str = "authors"
+    generation_lengths: str = "authors"
+    samples: int | None = None
+    max_new_tokens_cap: int | None = None
+    name: str = "infinitebench"
+
+    def __post_init__(self) -> None:
+        self.tasks = check_tasks(self.tasks)
+        if not self.tasks:
+            raise ValueError("bench.tasks is empty; name at least one InfiniteBench task")
+        if self.chat_template not in CHAT_TEMPLATE_MODES:
+            raise ValueError(
+                f"bench.chat_template={self.chat_template!r} is not allowed; choose one of: "
+                f"{', '.join(CHAT_TEMPLATE_MODES)}"
+            )
+        if self.generation_lengths not in GENERATION_LENGTHS:
+            raise ValueError(
+                f"bench.generation_lengths={self.generation_lengths!r} is not allowed; choose one of: "
+                f"{', '.join(GENERATION_LENGTHS)}"
+            )
+        if self.samples is not None and self.samples < 1:
+            raise ValueError(f"bench.samples={self.samples} must be >= 1 (or null for all)")
+        if self.max_new_tokens_cap is not None and self.max_new_tokens_cap < 1:
+            raise ValueError(f"bench.max_new_tokens_cap={self.max_new_tokens_cap} must be >= 1 (or null)")
+
+    def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
+        wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)
+        folder = resolve_path(self.data_dir)
+        samples: list[Sample] = []
+        missing: list[str] = []
+        failures: list[str] = []
+        for task in self.tasks:
+            source = self._open(task, folder, failures)
+            if source is None:
+                missing.append(str(folder / f"{task}.jsonl"))
+                continue
+            samples += self._task_samples(task, source, wrap_inst)
+        if missing:
+            hub_note = f" The hub was not used: {failures[0]}." if failures else ""
+            raise FileNotFoundError(
+                f"InfiniteBench data missing: {', '.join(missing)}.{hub_note} To get the data, {HOW_TO_GET}."
+            )
+        return samples
+
+    def _open(self, task: str, folder: Path, failures: list[str]) -> JsonlSource | None:
+        local = folder / f"{task}.jsonl"
+        if local.is_file():
+            return open_jsonl(local)
+        if not self.hub:
+            return None
+        path, reason = fetch_task_file(task)
+        if path is None:
+            failures.append(reason)
+            return None
+        return open_jsonl(path)
+
+    def _task_samples(self, task: str, source: JsonlSource, wrap_inst: bool) -> list[Sample]:
+        mode = self.chat_template
+        use_chat = mode == "chat"
+        max_new = max_new_tokens(task, self.generation_lengths)
+        if self.max_new_tokens_cap is not None:
+            max_new = min(max_new, self.max_new_tokens_cap)
+        seen: dict[str, int] = {}
+        out: list[Sample] = []
+        where = source.where
+        for line, record in source.records:
+            check_fields(record, _FIELDS, benchmark="InfiniteBench", task=task, where=where, line=line)
+            refs = references(task, record, where, line)
+            context, question = split_prompt(task, record, where, line)
+            if wrap_inst:
+                context, question = "[INST] " + context, question + " [/INST]"
+            key = str(record["id"])
+            if key in seen:
+                raise _fail(where, line, task, f"id {record['id']!r} repeats line {seen[key]}")
+            seen[key] = line
+            out.append(
+                Sample(
+                    id=f"infinitebench/{task}/{key}",
+                    task=task,
+                    context=context,
+                    question=question,
+                    references=refs,
+                    max_new_tokens=max_new,
+                    metric=f"infbench_{task}",
+                    chat_template=use_chat,
+                    meta={"benchmark": "infinitebench", "chat_template": mode, "source": f"{where}:{line}"},
+                )
+            )
+            if self.samples is not None and len(out) >= self.samples:
+                break
+        return out
+
+    def score(self, sample: Sample, prediction: str) -> float:
+        return score_metric(sample.metric, prediction, sample.references)
+
+
+def fetch_task_file(task: str) -> tuple[Path | None, str]:
+    """Download (or find in the hub cache) ``<task>.jsonl``; ``(path, "")`` or ``(None, reason)``."""
+    if not hub_reachable():
+        return None, "the Hugging Face hub is not reachable (or HF_HUB_OFFLINE is set)"
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(repo_id=HUB_REPO, filename=f"{task}.jsonl", repo_type="dataset")), ""
+    except Exception as exc:  # network, auth, disk: all mean "not from the hub"
+        return None, f"downloading {HUB_REPO}/{task}.jsonl failed ({type(exc).__name__}: {exc})"

@@ -1,0 +1,125 @@
+"""Reading official JSON-lines data files, with errors that say exactly where the data is wrong.
+
+Every problem is a :class:`DataFileError` (a ``ValueError``) whose message starts with
+``<file>:<line>:``; for a file inside an archive the file part is ``<archive>:<member>``. A line
+that is not JSON, a line that is not a JSON object, a missing field and a field of the wrong
+type are all reported that way, naming the benchmark, the task and the field.
+
+Blank lines are skipped (the InfiniteBench scorer does the same); every other line must be one
+JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class DataFileError(ValueError):
+    """A data file that does not have the official layout; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """What a field must hold: the accepted Python types (after ``json.loads``) and how to say it."""
+
+    types: tuple[type, ...]
+    description: str
+    required: bool = True
+
+    def accepts(self, value: Any) -> bool:
+        if isinstance(value, bool) and bool not in self.types:
+            return False  # JSON true/false must not pass for an integer
+        return isinstance(value, self.types)
+
+
+def resolve_path(path: str | Path) -> Path:
+    """``path`` as given if it exists (or is absolute); else under the project root if it exists there.
+
+    A relative path that exists in neither place is returned unchanged, so error messages show
+    what the user wrote.
+    """
+    given = Path(path).expanduser()
+    if given.is_absolute() or given.exists():
+        return given
+    under_root = PROJECT_ROOT / given
+    return under_root if under_root.exists() else given
+
+
+def iter_lines(lines: Iterable[str | bytes], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of ``lines``; ``where`` names the source."""
+    for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, bytes):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFileError(f"{where}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        else:
+            line = raw
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DataFileError(
+                f"{where}:{number}: malformed JSON line ({exc.msg}, column {exc.colno}); "
+                "each line must be one complete JSON object"
+            ) from None
+        if not isinstance(record, dict):
+            raise DataFileError(f"{where}:{number}: expected a JSON object, got {type(record).__name__}")
+        yield number, record
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for every non-blank line of the JSON-lines file ``path``."""
+    with open(path, "rb") as f:
+        yield from iter_lines(f, str(path))
+
+
+@dataclass
+class JsonlSource:
+    """Line-numbered records and where they come from (``file`` or ``archive:member``), for messages."""
+
+    where: str
+    records: Iterator[tuple[int, dict[str, Any]]]
+
+
+def open_jsonl(path: Path) -> JsonlSource:
+    """The records of the JSON-lines file ``path`` (read lazily)."""
+    return JsonlSource(str(path), iter_jsonl(path))
+
+
+def check_fields(
+    record: Mapping[str, Any], fields: Mapping[str, Field], *, benchmark: str, task: str, where: str, line: int
+) -> None:
+    """Raise :class:`DataFileError` naming the first missing or mistyped field of ``record``."""
+    for name, spec in fields.items():
+        if name not in record:
+            if not spec.required:
+                continue
+            present = ", ".join(sorted(record)) or "none"
+            raise DataFileError(
+                f"{where}:{line}: {benchmark} task {task!r}: missing field {name!r} ({spec.description}); "
+                f"fields present: {present}"
+            )
+        value = record[name]
+        if not spec.accepts(value):
+            raise DataFileError(
+                f"{where}:{line}: {benchmark} task {task!r}: field {name!r} must be {spec.description}, "
+                f"got {type(value).__name__} {_preview(value)}"
+            )
+
+
+def _preview(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def all_items(value: list[Any], types: tuple[type, ...]) -> bool:
+    """True when every item of ``value`` is one of ``types`` (booleans never count as numbers)."""
+    return all(isinstance(item, types) and not (isinstance(item, bool) and bool not in types) for item in value)

