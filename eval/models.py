@@ -20,7 +20,7 @@ class ModelSpec:
     path: hub id (``meta-llama/Llama-3.1-8B-Instruct``) or local folder; relative folders are
       looked up from the working directory, then from the repository root.
     tokenizer: where the tokenizer lives when not beside the weights.
-    max_context: prompts longer than this (minus the answer's tokens) are cut in the middle.
+    max_context: prompts longer than this are cut in the middle (first and last halves kept).
     chat_template: wrap prompts in the tokenizer's chat template (benchmarks may opt out per task).
     random_init: build the architecture from ``config.json`` with random weights (no weights
       needed: smoke tests, latency).

@@ -51,15 +51,24 @@ def truncate_middle(ids: list[int], keep: int) -> list[int]:
 
 
 def tokenize(sample: Sample, tokenizer: PreTrainedTokenizerBase, chat: bool, max_context: int) -> PromptTokens:
-    """Token ids of ``sample``; the context is cut in the middle so prompt + answer fit ``max_context``."""
+    """Token ids of ``sample``, cut in the middle to at most ``max_context`` tokens.
+
+    As LongBench and the ReST-KV authors do, a prompt longer than ``max_context`` keeps its
+    first ``max_context // 2`` and its last ``max_context - max_context // 2`` tokens; the
+    answer's tokens are not reserved (the model configs' ``max_context`` leave room, like the
+    authors' limits). The query (question, chat suffix, answer prefix) stays whole as long as it
+    fits in the kept tail. Unlike the authors, who decode the two halves and tokenize again, the
+    cut is made on token ids, and context and query are tokenized separately.
+    """
+    if max_context < 2:
+        raise ValueError(f"max_context={max_context} must be >= 2")
     context_text, query_text, templated = render(sample, tokenizer, chat)
     context = tokenizer(context_text, add_special_tokens=not templated)["input_ids"]
     query = tokenizer(query_text, add_special_tokens=False)["input_ids"] if query_text else []
-    room = max_context - sample.max_new_tokens - len(query)
-    if room < 1:
-        raise ValueError(
-            f"sample {sample.id}: the query ({len(query)} tokens) and answer ({sample.max_new_tokens}) leave no room "
-            f"for context in max_context={max_context}"
-        )
-    kept = truncate_middle(context, room)
-    return PromptTokens(context=kept, query=query, truncated=len(context) - len(kept))
+    whole = context + query
+    if len(whole) <= max_context:
+        return PromptTokens(context=context, query=query)
+    kept = truncate_middle(whole, max_context)
+    tail = max_context - max_context // 2
+    split = len(kept) - len(query) if len(query) <= tail else max_context // 2
+    return PromptTokens(context=kept[:split], query=kept[split:], truncated=len(whole) - len(kept))

@@ -60,17 +60,23 @@ def test_chat_template_wraps_the_whole_prompt_and_splits_after_the_context(token
     assert tokenizer.decode(raw.context).startswith("Once upon")
 
 
-def test_long_context_is_cut_in_the_middle_to_fit_with_the_answer(tokenizer) -> None:
+def test_long_prompt_is_cut_in_the_middle_as_longbench_does(tokenizer) -> None:
     s = sample()
     full = tokenize(s, tokenizer, chat=False, max_context=10_000)
+    whole = full.context + full.query
     cut = tokenize(s, tokenizer, chat=False, max_context=100)
-    assert cut.length + s.max_new_tokens == 100
-    assert cut.truncated == full.length - cut.length
-    assert cut.query == full.query
-    head = (100 - s.max_new_tokens - len(full.query)) // 2
-    assert cut.context[:head] == full.context[:head] and cut.context[-10:] == full.context[-10:]
+    assert cut.length == 100 and cut.truncated == len(whole) - 100
+    assert cut.context + cut.query == whole[:50] + whole[-50:]
+    assert cut.query == full.query  # the question survives whole in the kept tail
 
 
-def test_no_room_for_context_is_an_error(tokenizer) -> None:
-    with pytest.raises(ValueError, match="leave no room for context in max_context=10"):
-        tokenize(sample(), tokenizer, chat=False, max_context=10)
+def test_query_longer_than_the_tail_is_cut_too(tokenizer) -> None:
+    s = sample(question="\nWho " + "really " * 60 + "was there?")
+    full = tokenize(s, tokenizer, chat=False, max_context=10_000)
+    cut = tokenize(s, tokenizer, chat=False, max_context=40)
+    assert len(cut.context) == 20 and cut.query == (full.context + full.query)[-20:]
+
+
+def test_max_context_must_leave_room(tokenizer) -> None:
+    with pytest.raises(ValueError, match="max_context=1 must be >= 2"):
+        tokenize(sample(), tokenizer, chat=False, max_context=1)

@@ -34,11 +34,9 @@ Chat template (``chat_template`` knob)
     chat template on every task.
 
 Truncation
-    The authors cut the whole prompt to its first and last ``model2maxlen // 2`` tokens
-    (127000 for Llama-3.1); official InfiniteBench cuts it to 128k tokens. Here the context alone
-    is cut so that prompt + ``max_new_tokens`` fit ``model.max_context`` (see
-    :mod:`eval.prompting`), so the question and options always survive. With math_calc's
-    30000-token answer budget this keeps 30000 fewer context tokens than the authors.
+    As the authors do, the whole prompt is cut to its first and last ``max_context // 2``
+    tokens (``model.max_context``: 127000 for Llama-3.1, their ``model2maxlen``); official
+    InfiniteBench cuts to 128k tokens. See :mod:`eval.prompting`.
 
 Data
     ``<task>.jsonl`` files as in the hub repository ``xinrongzhang2022/InfiniteBench`` (one per

@@ -40,15 +40,12 @@ Chat template (``chat_template`` knob)
     not, and neither does this harness (the first-line clean-up makes the score the same unless the
     answer starts with a newline).
 
-Truncation (done by :mod:`eval.prompting`, documented here because it differs)
-    Official LongBench and the authors tokenize the *whole* prompt and, when it has more than
-    ``max_length`` tokens, keep its first and last ``max_length // 2`` tokens, without reserving
-    room for the answer (official LongBench cuts before adding its chat wrapper, the authors after
-    their ``[INST]`` wrapper). Here only ``Sample.context`` is cut from the middle, to
-    ``model.max_context - max_new_tokens - len(query)`` tokens: the template head (in the first
-    half of the context) and the question are always kept whole, and prompt + answer fit
-    ``max_context``. For prompts that fit, the two are identical; for longer ones the kept text
-    differs by the question's length and by ``max_new_tokens`` tokens.
+Truncation (done by :mod:`eval.prompting`)
+    As official LongBench and the authors do, a prompt of more than ``model.max_context`` tokens
+    keeps its first and last ``max_context // 2`` tokens, with no room reserved for the answer
+    (official LongBench cuts before adding its chat wrapper, the authors after their ``[INST]``
+    wrapper; here the cut is made on the final prompt, chat template included). The cut is made
+    on token ids (the authors decode the halves and tokenize again).
 
 Data
     One JSON-lines file per task, named as in the official ``data.zip`` (``<task>.jsonl``;
