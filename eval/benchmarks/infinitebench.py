@@ -64,6 +64,7 @@ from eval.benchmarks.jsonl import DataFileError, Field, JsonlSource, all_items, 
 from eval.benchmarks.longbench import CHAT_TEMPLATE_MODES, is_llama2
 from eval.hub import hub_reachable
 from eval.metrics import score as score_metric
+from restkv.policy import check_choice
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -273,16 +274,8 @@ class InfiniteBenchBenchmark:
         self.tasks = check_tasks(self.tasks)
         if not self.tasks:
             raise ValueError("bench.tasks is empty; name at least one InfiniteBench task")
-        if self.chat_template not in CHAT_TEMPLATE_MODES:
-            raise ValueError(
-                f"bench.chat_template={self.chat_template!r} is not allowed; choose one of: "
-                f"{', '.join(CHAT_TEMPLATE_MODES)}"
-            )
-        if self.generation_lengths not in GENERATION_LENGTHS:
-            raise ValueError(
-                f"bench.generation_lengths={self.generation_lengths!r} is not allowed; choose one of: "
-                f"{', '.join(GENERATION_LENGTHS)}"
-            )
+        check_choice("bench", "chat_template", self.chat_template, CHAT_TEMPLATE_MODES)
+        check_choice("bench", "generation_lengths", self.generation_lengths, GENERATION_LENGTHS)
         if self.samples is not None and self.samples < 1:
             raise ValueError(f"bench.samples={self.samples} must be >= 1 (or null for all)")
         if self.max_new_tokens_cap is not None and self.max_new_tokens_cap < 1:

@@ -93,6 +93,7 @@ from eval.benchmarks.jsonl import (
 from eval.hub import hub_reachable
 from eval.metrics import longbench_postprocess
 from eval.metrics import score as score_metric
+from restkv.policy import check_choice
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -385,11 +386,7 @@ class LongBenchBenchmark:
         self.tasks = expand_tasks(self.tasks, self.longbench_e)
         if not self.tasks:
             raise ValueError("bench.tasks is empty; name at least one LongBench task")
-        if self.chat_template not in CHAT_TEMPLATE_MODES:
-            raise ValueError(
-                f"bench.chat_template={self.chat_template!r} is not allowed; choose one of: "
-                f"{', '.join(CHAT_TEMPLATE_MODES)}"
-            )
+        check_choice("bench", "chat_template", self.chat_template, CHAT_TEMPLATE_MODES)
         if self.samples is not None and self.samples < 1:
             raise ValueError(f"bench.samples={self.samples} must be >= 1 (or null for all)")
         if self.max_new_tokens_cap is not None and self.max_new_tokens_cap < 1:
