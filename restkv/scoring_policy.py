@@ -81,7 +81,8 @@ class ScoringPolicy(Policy):
         if self.indicator == "reconstruction" and self.order == "before":
             per_query = scoring.reconstruction_before(attention, inputs.values, gram, self.tau, self.normalize)
             return scoring.aggregate(per_query, self.temporal, self.alpha)
-        weights = scoring.aggregate(attention[..., :past], self.temporal, self.alpha)
+        # aggregate whole rows, then drop the window columns: slicing first would force a copy
+        weights = scoring.aggregate(attention, self.temporal, self.alpha)[..., :past]
         if self.indicator == "attention":
             return weights
         if self.indicator == "attention_value":
