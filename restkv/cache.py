@@ -1,4 +1,5 @@
-"""The cache layer a layer's keys and values live in after eviction.
+"""The cache layer a layer's keys and values live in after eviction (or, with a decode reserve,
+after a prefill that kept everything).
 
 It behaves like transformers' `DynamicLayer` (decoding appends) with two additions:
 - ``repeat``: incoming key/value heads are repeated to the query heads, for ``gqa='expand'``

@@ -1,0 +1,56 @@
+"""Hydra entry point: compose ``configs/latency/<preset>.yaml``, measure, write the JSON and plots."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from eval.latency import runner
+from eval.latency.modeling import cache_token_bytes
+from eval.latency.plots import plot
+from eval.latency.report import summarize, tables
+from eval.latency.settings import CONFIGS, Settings, model_config
+
+# The primary config lives here so that ``configs/latency/`` holds presets only.
+ConfigStore.instance().store(
+    name="latency_main",
+    node={
+        "defaults": [
+            {"latency": "tiny"},
+            "_self_",
+            {"override hydra/job_logging": "stdout"},
+            {"override hydra/hydra_logging": "none"},
+        ],
+        "hydra": {"run": {"dir": "."}, "output_subdir": None, "job": {"chdir": False}},
+    },
+)
+
+
+def run(settings: Settings, command: str = "") -> dict[str, Any]:
+    """Measure, write ``<out_dir>/<name>.json`` and the plots, print the tables; return the record."""
+    raw = runner.run(settings)
+    config = model_config(settings)
+    record = summarize(settings, raw, cache_token_bytes(config, settings.torch_dtype), command)
+    path = settings.json_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if settings.plots:
+        record["plots"] = [p.name for p in plot(record, path.with_suffix(""))]
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(tables(record))
+    print(f"\nresults: {path}")
+    return record
+
+
+@hydra.main(version_base=None, config_path=str(CONFIGS), config_name="latency_main")
+def main(cfg: DictConfig) -> None:
+    preset = HydraConfig.get().runtime.choices["latency"]
+    settings = Settings.from_config(cfg.latency, preset)
+    command = "python -m eval.latency " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    run(settings, command)

@@ -1,0 +1,312 @@
+"""Medians, bounds and ratios of a latency run: the JSON record, the printed tables."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from eval.latency.bounds import bound_ms, decode_bytes
+from eval.latency.settings import Settings
+from eval.latency.timing import FULL
+
+SYNTHETIC_NOTE = (
+    "decode caches were filled with synthetic random keys/values of the shape a prefill (and eviction to the "
+    "budget) leaves, not by running a prefill; decode cost does not depend on the cached values"
+)
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def _paired_ratio(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a/b, each round's pair measured back to back."""
+    return _median([x / y for x, y in zip(a, b, strict=True) if y > 0])
+
+
+def prefill_entry(run: dict[str, Any], token_bytes: int) -> dict[str, Any]:
+    job, timed = run["job"], run["timed"]
+    seconds = [t["seconds"] for t in timed]
+    evictions = [t["eviction_seconds"] for t in timed]
+    cache = timed[0]["cache"]
+    entry = {
+        "context": job["context"],
+        "policy": job["policy"],
+        "budget": job["budget"],
+        "seconds_median": round(_median(seconds), 6),
+        "seconds": [round(s, 6) for s in seconds],
+        "eviction_seconds_median": round(_median(evictions), 6),
+        "eviction_seconds": [round(s, 6) for s in evictions],
+        "forward_seconds_median": round(_median([a - b for a, b in zip(seconds, evictions, strict=True)]), 6),
+        "kept_tokens_mean": cache["tokens_mean"],
+        "cache_bytes_before_eviction": job["context"] * token_bytes,
+        "cache_bytes_after_eviction": cache["logical"],
+        "cache_bytes_allocated": cache["allocated"],
+    }
+    entry.update(_memory_fields(run.get("memory")))
+    return entry
+
+
+def decode_entry(run: dict[str, Any], settings: Settings, parameter_bytes: int, bandwidth: dict) -> dict[str, Any]:
+    job, timed = run["job"], run["timed"]
+    per_token = [t["seconds_per_token"] * 1e3 for t in timed]
+    cache = timed[0]["cache"]
+    read = decode_bytes(
+        parameter_bytes, cache["logical"], cache["per_token"], settings.decode_warmup_tokens, settings.decode_tokens
+    )
+    read_cache = read - parameter_bytes
+    gbps = bandwidth[f"{settings.bound_bandwidth}_gbps"]
+    bound = bound_ms(read, gbps)
+    measured = _median(per_token)
+    entry = {
+        "context": job["context"],
+        "budget": job["budget"],
+        "label": "full" if job["budget"] is None else f"budget {job['budget']}",
+        "cache": job["cache"],
+        "fill": settings.decode_fill,
+        "tokens": settings.decode_tokens,
+        "ms_per_token_median": round(measured, 4),
+        "ms_per_token": [round(x, 4) for x in per_token],
+        "cache_tokens_start": cache["tokens_mean"],
+        "cache_bytes_start": cache["logical"],
+        "cache_bytes_allocated": cache["allocated"],
+        "parameter_bytes_read": parameter_bytes,
+        "bytes_read_per_step": round(read),
+        "bound_ms": round(bound, 4),
+        "bound_bandwidth_gbps": gbps,
+        "achieved_over_bound": round(measured / bound, 4),
+    }
+    entry.update(_memory_fields(run.get("memory")))
+    if run.get("profile"):
+        entry["profile_top_ops"] = run["profile"]
+        attention = sum(op["ms_per_step"] for op in run["profile"] if "attention" in op["op"])
+        if attention:
+            entry["attention_ms_per_step"] = round(attention, 4)
+            entry["attention_cache_read_gbps"] = round(read_cache / (attention / 1e3) / 1e9, 3)
+    return entry
+
+
+def _memory_fields(measured: dict[str, Any] | None) -> dict[str, Any]:
+    if measured is None:
+        return {"peak_memory_bytes": None, "peak_memory_delta_bytes": None}
+    return {"peak_memory_bytes": measured["peak_bytes"], "peak_memory_delta_bytes": measured["delta_bytes"]}
+
+
+def prefill_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[dict[str, Any]]:
+    """Every evicting policy against SnapKV and the full cache, per context and budget."""
+    ratios = []
+    by_key = {(e["context"], e["policy"], e["budget"]): e for e in entries}
+    forward = {  # the model's forward is the same computation under every policy: pool it per context
+        context: _median([e["forward_seconds_median"] for e in entries if e["context"] == context])
+        for context in {e["context"] for e in entries}
+    }
+    for e in entries:
+        if e["budget"] is None:
+            continue
+        row: dict[str, Any] = {"context": e["context"], "policy": e["policy"], "budget": e["budget"]}
+        for ref_name, ref_key in (
+            ("snapkv", (e["context"], "snapkv", e["budget"])),
+            ("full", (e["context"], FULL, None)),
+        ):
+            ref = by_key.get(ref_key)
+            if ref is None or ref is e:
+                continue
+            own, other = raw[(e["context"], e["policy"], e["budget"])], raw[ref_key]
+            row[f"prefill_vs_{ref_name}"] = round(e["seconds_median"] / ref["seconds_median"], 4)
+            row[f"prefill_vs_{ref_name}_paired"] = round(_paired_ratio(own, other), 4)
+            pooled = forward[e["context"]]
+            row[f"prefill_vs_{ref_name}_pooled_forward"] = round(
+                (pooled + e["eviction_seconds_median"]) / (pooled + ref["eviction_seconds_median"]), 4
+            )
+            if e["peak_memory_delta_bytes"] and ref["peak_memory_delta_bytes"]:
+                row[f"peak_memory_delta_vs_{ref_name}"] = round(
+                    e["peak_memory_delta_bytes"] / ref["peak_memory_delta_bytes"], 4
+                )
+                row[f"peak_memory_vs_{ref_name}"] = round(e["peak_memory_bytes"] / ref["peak_memory_bytes"], 4)
+        if len(row) > 3:
+            ratios.append(row)
+    return ratios
+
+
+def _marginal(full: dict, compressed: dict) -> float | None:
+    extra_seconds = (full["ms_per_token_median"] - compressed["ms_per_token_median"]) / 1e3
+    extra_bytes = full["bytes_read_per_step"] - compressed["bytes_read_per_step"]
+    return round(extra_bytes / extra_seconds / 1e9, 3) if extra_seconds > 0 else None
+
+
+def decode_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[dict[str, Any]]:
+    """Compressed vs full decoding per context and cache kind: measured speedup against the bound's."""
+    ratios = []
+    full = {(e["context"], e["cache"]): e for e in entries if e["budget"] is None}
+    for e in entries:
+        ref = full.get((e["context"], e["cache"]))
+        if e["budget"] is None or ref is None:
+            continue
+        speedup = ref["ms_per_token_median"] / e["ms_per_token_median"]
+        bound_speedup = ref["bound_ms"] / e["bound_ms"]
+        own, other = raw[(e["context"], e["budget"], e["cache"])], raw[(e["context"], None, e["cache"])]
+        ratios.append(
+            {
+                "context": e["context"],
+                "budget": e["budget"],
+                "cache": e["cache"],
+                "speedup": round(speedup, 4),
+                "speedup_paired": round(1 / _paired_ratio(own, other), 4),
+                "bound_speedup": round(bound_speedup, 4),
+                "speedup_over_bound_speedup": round(speedup / bound_speedup, 4),
+                "full_achieved_over_bound": ref["achieved_over_bound"],
+                # the cache bytes the full step reads beyond the compressed one, over the time they add
+                "marginal_cache_read_gbps": _marginal(ref, e),
+                "compressed_achieved_over_bound": e["achieved_over_bound"],
+            }
+        )
+    for e in entries:  # the cache implementation itself: dynamic (concatenation) vs preallocated
+        if e["cache"] == "dynamic":
+            other_kind = next(
+                (
+                    o
+                    for o in entries
+                    if o["context"] == e["context"] and o["budget"] == e["budget"] and o["cache"] == "preallocated"
+                ),
+                None,
+            )
+            if other_kind is not None:
+                ratios.append(
+                    {
+                        "context": e["context"],
+                        "budget": e["budget"],
+                        "cache": "dynamic/preallocated",
+                        "slowdown": round(e["ms_per_token_median"] / other_kind["ms_per_token_median"], 4),
+                    }
+                )
+    return ratios
+
+
+def summarize(settings: Settings, raw: dict[str, Any], token_bytes: int, command: str) -> dict[str, Any]:
+    """The JSON record of a run."""
+    runs = raw["runs"]
+    prefill = [prefill_entry(r, token_bytes) for r in runs if r["job"]["kind"] == "prefill"]
+    bandwidth = raw["bandwidth"]
+    decode = [
+        decode_entry(r, settings, raw["parameter_bytes_read"], bandwidth) for r in runs if r["job"]["kind"] == "decode"
+    ]
+    pre_raw = {
+        (r["job"]["context"], r["job"]["policy"], r["job"]["budget"]): [t["seconds"] for t in r["timed"]]
+        for r in runs
+        if r["job"]["kind"] == "prefill"
+    }
+    dec_raw = {
+        (r["job"]["context"], r["job"]["budget"], r["job"]["cache"]): [t["seconds_per_token"] for t in r["timed"]]
+        for r in runs
+        if r["job"]["kind"] == "decode"
+    }
+    method = next((r["memory"]["method"] for r in runs if r.get("memory")), None)
+    notes = [SYNTHETIC_NOTE] if decode and settings.decode_fill == "synthetic" else []
+    notes.append(
+        "random weights with the shape's config.json (no download); times are medians over timed rounds "
+        "that alternate every configuration (A B C A B C ...)"
+    )
+    return {
+        "preset": settings.name,
+        "command": command,
+        "settings": settings.to_dict(),
+        "machine": raw["machine"],
+        "load_average": {"start": raw["load_average_start"], "end": raw["load_average_end"]},
+        "model": {
+            "shape": settings.shape,
+            "layers": settings.layers,
+            "dtype": settings.dtype,
+            "parameters": raw["parameters"],
+            "parameter_bytes_read_per_step": raw["parameter_bytes_read"],
+            "cache_bytes_per_token": token_bytes,
+            "weights": "random",
+        },
+        "bandwidth": {
+            **bandwidth,
+            "end_of_run": {k: raw["bandwidth_end"][k] for k in ("copy_gbps", "read_gbps")},
+            "used_for_bound": settings.bound_bandwidth,
+        },
+        "bound_method": "bound_ms = bytes_read_per_step / bandwidth; bytes_read_per_step = parameter bytes (tied "
+        "once; the input embedding is a row lookup) + all layers' cached keys and values, averaged "
+        "over the timed steps",
+        "memory_method": method,
+        "notes": notes,
+        "prefill": prefill,
+        "decode": decode,
+        "ratios": {"prefill": prefill_ratios(prefill, pre_raw), "decode": decode_ratios(decode, dec_raw)},
+    }
+
+
+def _gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**30:.3f}"
+
+
+def tables(record: dict[str, Any]) -> str:
+    """Plain-text tables of a record, for the terminal."""
+    lines = []
+    bw = record["bandwidth"]
+    lines.append(
+        f"bandwidth: copy {bw['copy_gbps']:.1f} GB/s, read {bw['read_gbps']:.1f} GB/s "
+        f"(end of run: copy {bw['end_of_run']['copy_gbps']:.1f}, read {bw['end_of_run']['read_gbps']:.1f}); "
+        f"bound uses {bw['used_for_bound']}"
+    )
+    if record["prefill"]:
+        lines.append(
+            "\nprefill        context  policy        budget   seconds  eviction s  kept  cache before -> after GiB"
+            "  peak delta GiB"
+        )
+        for e in record["prefill"]:
+            lines.append(
+                f"{'':14} {e['context']:>7}  {e['policy']:<12} {e['budget'] or '-':>6}  {e['seconds_median']:8.3f}"
+                f"  {e['eviction_seconds_median']:10.4f}  {e['kept_tokens_mean']:>5}"
+                f"  {_gib(e['cache_bytes_before_eviction'])} -> {_gib(e['cache_bytes_after_eviction'])}"
+                f"  {_gib(e['peak_memory_delta_bytes']):>14}"
+            )
+    if record["decode"]:
+        lines.append(
+            "\ndecode         context  cache         kept     ms/token  bytes/step GB  bound ms  achieved/bound"
+            "  peak delta GiB"
+        )
+        for e in record["decode"]:
+            lines.append(
+                f"{'':14} {e['context']:>7}  {e['cache']:<12} {e['label']:<10} {e['ms_per_token_median']:8.2f}"
+                f"  {e['bytes_read_per_step'] / 1e9:13.3f}  {e['bound_ms']:8.2f}  {e['achieved_over_bound']:14.2f}"
+                f"  {_gib(e['peak_memory_delta_bytes']):>14}"
+            )
+    lines += ratio_lines(record["ratios"])
+    lines += [f"\nnote: {n}" for n in record["notes"]]
+    return "\n".join(lines)
+
+
+def _x(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def ratio_lines(ratios: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The ratios as sentences (medians over rounds; "paired": median of per-round ratios)."""
+    lines = ["\nprefill ratios:"] if ratios["prefill"] else []
+    for r in ratios["prefill"]:
+        lines.append(
+            f"  {r['context']:>6} tokens, {r['policy']}@{r['budget']}: prefill {_x(r, 'prefill_vs_snapkv')} SnapKV's "
+            f"(paired {_x(r, 'prefill_vs_snapkv_paired')}, pooled forward {_x(r, 'prefill_vs_snapkv_pooled_forward')}),"
+            f" {_x(r, 'prefill_vs_full')} the full cache's; peak memory {_x(r, 'peak_memory_vs_snapkv')} SnapKV's "
+            f"(over the model: {_x(r, 'peak_memory_delta_vs_snapkv')}), {_x(r, 'peak_memory_vs_full')} the full cache's"
+        )
+    lines += ["\ndecode ratios:"] if ratios["decode"] else []
+    for r in ratios["decode"]:
+        if "slowdown" in r:
+            kept = "full cache" if r["budget"] is None else f"budget {r['budget']}"
+            lines.append(
+                f"  {r['context']:>6} tokens, {kept}: dynamic cache {_x(r, 'slowdown')} the preallocated one's time"
+            )
+            continue
+        marginal = r["marginal_cache_read_gbps"]
+        lines.append(
+            f"  {r['context']:>6} tokens, budget {r['budget']}, {r['cache']} cache: speedup {_x(r, 'speedup')} "
+            f"over the full cache (paired {_x(r, 'speedup_paired')}); bound's speedup {_x(r, 'bound_speedup')}; "
+            f"ratio {r['speedup_over_bound_speedup']:.3f}; full step {_x(r, 'full_achieved_over_bound')} its bound, "
+            f"compressed {_x(r, 'compressed_achieved_over_bound')}; extra cache bytes read at "
+            f"{'-' if marginal is None else f'{marginal:.1f} GB/s'}"
+        )
+    return lines

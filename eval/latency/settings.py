@@ -1,0 +1,144 @@
+"""What a latency run measures, read from a ``configs/latency/<preset>.yaml`` (composed by Hydra)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from transformers import AutoConfig, PretrainedConfig
+
+from restkv.policy import Policy
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CACHES = ("dynamic", "preallocated")
+FILLS = ("synthetic", "prefill")
+BOUND_BANDWIDTHS = ("copy", "read")
+
+
+@dataclass
+class Settings:
+    """One preset; every field is documented in ``configs/latency/base.yaml``."""
+
+    name: str
+    shape: str
+    layers: int | None = None
+    dtype: str = "float32"
+    device: str = "auto"
+    attn_implementation: str = "sdpa"
+    threads: int | None = None
+    seed: int = 0
+    contexts: list[int] = field(default_factory=lambda: [8192])
+    warmup: int = 1
+    repeats: int = 3
+    prefill: bool = True
+    policies: list[str] = field(default_factory=lambda: ["full", "snapkv", "restkv"])
+    policy_knobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    budgets: list[int] = field(default_factory=lambda: [1024])
+    prefill_cache: str = "preallocated"
+    decode: bool = True
+    decode_tokens: int = 16
+    decode_warmup_tokens: int = 2
+    decode_budgets: list[int] = field(default_factory=lambda: [1024])
+    decode_caches: list[str] = field(default_factory=lambda: list(CACHES))
+    decode_fill: str = "synthetic"
+    decode_policy: str = "restkv"
+    decode_profile: bool = False
+    memory: bool = True
+    memory_contexts: list[int] | None = None
+    bandwidth_mib: int = 1024
+    bandwidth_repeats: int = 5
+    bound_bandwidth: str = "copy"
+    out_dir: str = "results/efficiency"
+    plots: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.dtype in DTYPES, f"dtype={self.dtype!r}: choose one of {', '.join(DTYPES)}"),
+            (self.prefill_cache in CACHES, f"prefill_cache={self.prefill_cache!r}: choose one of {', '.join(CACHES)}"),
+            (
+                set(self.decode_caches) <= set(CACHES),
+                f"decode_caches={self.decode_caches}: allowed {', '.join(CACHES)}",
+            ),
+            (self.decode_fill in FILLS, f"decode_fill={self.decode_fill!r}: choose one of {', '.join(FILLS)}"),
+            (self.bound_bandwidth in BOUND_BANDWIDTHS, f"bound_bandwidth={self.bound_bandwidth!r}: copy or read"),
+            (all(c > 0 for c in self.contexts), f"contexts={self.contexts}: lengths must be positive"),
+            (self.repeats >= 1 and self.warmup >= 0, "repeats must be >= 1 and warmup >= 0"),
+            (self.decode_tokens >= 1 and self.decode_warmup_tokens >= 0, "decode_tokens must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"latency.{message}")
+        for name in {*self.policies, self.decode_policy}:
+            policy_path(name)  # fails early on an unknown policy name
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, preset: str) -> Settings:
+        values = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(values, dict)
+        allowed = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - allowed)
+        if unknown:
+            raise ValueError(
+                f"latency config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+            )
+        values["name"] = values.get("name") or preset
+        return cls(**values)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def resolved_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def json_path(self) -> Path:
+        out = Path(self.out_dir)
+        return (out if out.is_absolute() else REPO / out) / f"{self.name}.json"
+
+
+def shape_path(shape: str) -> Path:
+    path = CONFIGS / "shapes" / f"{shape}.json"
+    if not path.exists():
+        known = sorted(p.stem for p in (CONFIGS / "shapes").glob("*.json"))
+        raise ValueError(f"unknown model shape {shape!r}; configs/shapes has: {', '.join(known)}")
+    return path
+
+
+def model_config(settings: Settings) -> PretrainedConfig:
+    """The shape's ``config.json`` as a transformers config, optionally cut to ``layers`` layers."""
+    values = json.loads(shape_path(settings.shape).read_text())
+    if settings.layers is not None:
+        if not 1 <= settings.layers <= values["num_hidden_layers"]:
+            raise ValueError(f"latency.layers={settings.layers} must be in [1, {values['num_hidden_layers']}]")
+        values["num_hidden_layers"] = settings.layers
+    config = AutoConfig.for_model(**values)
+    config._attn_implementation = settings.attn_implementation
+    return config
+
+
+def policy_path(name: str) -> Path:
+    path = CONFIGS / "policy" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (CONFIGS / "policy").glob("*.yaml"))
+        raise ValueError(f"unknown policy {name!r}; configs/policy has: {', '.join(known)}")
+    return path
+
+
+def build_policy(name: str, knobs: dict[str, dict[str, Any]] | None = None) -> Policy:
+    """The policy ``configs/policy/<name>.yaml`` describes (as ``eval/run.py policy=<name>``), plus overrides."""
+    cfg = OmegaConf.load(policy_path(name))
+    cfg = OmegaConf.merge(cfg, (knobs or {}).get(name, {}))
+    return instantiate(cfg, _convert_="all")

@@ -1,0 +1,153 @@
+"""One timed prefill, one timed decode: the measurements every configuration repeats.
+
+Both run the model exactly as ``eval/generation.py`` does (explicit positions, logits for the
+last token only, `torch.no_grad`), under `restkv.KVCompressor`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from eval.latency.bounds import synchronize
+from eval.latency.modeling import cache_bytes, synthetic_cache
+from restkv.integrate import KVCompressor
+from restkv.policy import Policy
+
+FULL = "full"
+
+
+class TimedCompressor(KVCompressor):
+    """`KVCompressor` that also times each layer's eviction alone, device work included.
+
+    The device is synchronised before an eviction (so the layer's pending attention is not
+    counted) and after it; ``eviction_seconds`` sums the layers. On a CPU both syncs are no-ops.
+    """
+
+    eviction_seconds: float = 0.0
+
+    def _evict(self, module: Any, cache: Any, layer_cache: Any, queries: torch.Tensor) -> None:
+        device = queries.device
+        synchronize(device)
+        start = time.perf_counter()
+        super()._evict(module, cache, layer_cache, queries)
+        synchronize(device)
+        self.eviction_seconds += time.perf_counter() - start
+
+
+@dataclass
+class PrefillRun:
+    seconds: float
+    eviction_seconds: float
+    cache: dict[str, int]
+
+
+def prompt_ids(model: PreTrainedModel, length: int, seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.config.vocab_size, (1, length), generator=generator).to(model.device)
+
+
+def forward(model: PreTrainedModel, ids: torch.Tensor, cache: DynamicCache, start: int) -> torch.Tensor:
+    positions = torch.arange(start, start + ids.shape[1], device=ids.device)[None]
+    out = model(input_ids=ids, cache=cache, position_ids=positions, use_cache=True, logits_to_keep=1)
+    return out.logits[0, -1]
+
+
+def compressor_for(model: PreTrainedModel, policy: Policy, budget: int | None, reserve: int) -> TimedCompressor:
+    return TimedCompressor(model, policy, budget if budget is not None else 1 << 30, decode_reserve=reserve)
+
+
+@torch.no_grad()
+def prefill(model: PreTrainedModel, ids: torch.Tensor, compressor: TimedCompressor) -> tuple[PrefillRun, DynamicCache]:
+    """Time one prefill (eviction at its end included); ``compressor`` must be entered."""
+    cache = DynamicCache(config=model.config)
+    compressor.eviction_seconds = 0.0
+    synchronize(ids.device)
+    start = time.perf_counter()
+    forward(model, ids, cache, 0)
+    synchronize(ids.device)
+    seconds = time.perf_counter() - start
+    return PrefillRun(seconds, compressor.eviction_seconds, cache_bytes(cache)), cache
+
+
+@torch.no_grad()
+def decode(model: PreTrainedModel, cache: DynamicCache, position: int, warmup: int, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` greedy decode steps after ``warmup`` untimed ones."""
+    device = model.device
+    token = torch.ones((1, 1), dtype=torch.long, device=device)
+    times = []
+    for step in range(warmup + steps):
+        synchronize(device)
+        start = time.perf_counter()
+        logits = forward(model, token, cache, position + step)
+        token = logits.argmax().view(1, 1)
+        synchronize(device)
+        if step >= warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def profile_ops(run: Any, steps: int, top: int = 6) -> list[dict[str, Any]]:
+    """Self time per step of the ``top`` costliest operators while ``run()`` decodes ``steps`` tokens."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        run()
+    events = prof.key_averages()
+    device_time = torch.cuda.is_available() and any(getattr(e, "self_device_time_total", 0) > 0 for e in events)
+    key = "self_device_time_total" if device_time else "self_cpu_time_total"
+    total = sum(getattr(e, key) for e in events) or 1.0
+    ranked = sorted(events, key=lambda e: getattr(e, key), reverse=True)[:top]
+    return [
+        {
+            "op": e.key,
+            "ms_per_step": round(getattr(e, key) / 1e3 / steps, 4),
+            "share": round(getattr(e, key) / total, 4),
+        }
+        for e in ranked
+    ]
+
+
+@torch.no_grad()
+def decode_case(
+    model: PreTrainedModel,
+    *,
+    context: int,
+    budget: int | None,
+    kind: str,
+    warmup: int,
+    steps: int,
+    fill: str,
+    policy: Policy | None = None,
+    ids: torch.Tensor | None = None,
+    base: tuple[torch.Tensor, torch.Tensor] | None = None,
+    profiled: bool = False,
+) -> tuple[Any, dict[str, int]]:
+    """Fill a cache for a ``context``-token prompt (synthetic, or a real prefill with ``policy``), then decode.
+
+    ``budget`` None is the full cache. Returns the timed steps' seconds (``profiled``: the costliest
+    operators of those steps instead) and the cache's bytes before the first step.
+    """
+    reserve = warmup + steps if kind == "preallocated" else 0
+
+    def run(cache: DynamicCache) -> Any:
+        if not profiled:
+            return decode(model, cache, context, warmup, steps)
+        decode(model, cache, context, warmup, 0)
+        return profile_ops(lambda: decode(model, cache, context + warmup, 0, steps), steps)
+
+    if fill == "synthetic":
+        assert base is not None
+        cache = synthetic_cache(model.config, base, context if budget is None else budget, kind, reserve)
+        before = cache_bytes(cache)
+        return run(cache), before
+    assert policy is not None and ids is not None
+    with compressor_for(model, policy, budget, reserve) as compressor:
+        _, cache = prefill(model, ids, compressor)
+        before = cache_bytes(cache)
+        return run(cache), before
