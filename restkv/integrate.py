@@ -31,6 +31,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.cache import CompressedLayer
+from restkv.decode import can_use_decode_attention, decode_attention
 from restkv.policy import LayerInputs, Policy
 from restkv.scoring import output_gram
 from restkv.select import Budget, gather_positions
@@ -42,6 +43,10 @@ SUPPORTED_MODELS = (
     "Qwen3ForCausalLM",
 )
 SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+DECODE_KERNELS = ("model", "gemm")
+"""``model``: decode steps use the model's attention function (bit-identical to running without
+compression); ``gemm``: on CPU, `restkv.decode.decode_attention` (the same attention, computed as
+two GEMMs per key/value head, which reads the cache at memory bandwidth)."""
 
 _ACTIVE: weakref.WeakKeyDictionary[nn.Module, KVCompressor] = weakref.WeakKeyDictionary()
 _INSTALLED: dict[str, tuple[int, Any]] = {}  # implementation -> (users, previous local entry)
@@ -64,6 +69,12 @@ def _capturing_attention(implementation: str, previous: Callable[..., Any] | Non
         compressor = _ACTIVE.get(module)
         if compressor is not None and query.shape[2] > 1:
             compressor._capture(module, query)
+        if (
+            compressor is not None
+            and compressor.decode_kernel == "gemm"
+            and can_use_decode_attention(module, query, kwargs)
+        ):
+            return decode_attention(module, query, key, value, *args, **kwargs)
         original = previous or _original_attention(module, implementation)
         groups = getattr(module, "num_key_value_groups", 1)
         if key.shape[1] == query.shape[1] and groups > 1:  # cache holds per-query-head selections
@@ -132,10 +143,18 @@ class KVCompressor:
     `restkv.cache.CompressedLayer`), evicted or not: a layer the policy keeps whole (the full
     cache, or a budget at least the prompt) is moved into a preallocated layer too, so that full
     and compressed caches decode alike. 0 keeps transformers' concatenating layers for unevicted
-    layers. ``record`` holds what the last prefill kept.
+    layers. ``decode_kernel`` (see `DECODE_KERNELS`) picks the attention of decode steps on CPU.
+    ``record`` holds what the last prefill kept.
     """
 
-    def __init__(self, model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        policy: Policy,
+        budget: int | float | Budget,
+        decode_reserve: int = 0,
+        decode_kernel: str = "model",
+    ) -> None:
         self.model = model
         self.policy = policy
         self.budget = budget if isinstance(budget, Budget) else Budget(budget)
@@ -146,6 +165,11 @@ class KVCompressor:
         if decode_reserve < 0:
             raise ValueError(f"decode_reserve={decode_reserve} must be >= 0")
         self.decode_reserve = decode_reserve
+        if decode_kernel not in DECODE_KERNELS:
+            raise ValueError(
+                f"decode_kernel={decode_kernel!r} is not allowed; choose one of: {', '.join(DECODE_KERNELS)}"
+            )
+        self.decode_kernel = decode_kernel
         self.layers = attention_layers(model)
         self.implementation = model.config._attn_implementation
         if self.implementation not in SUPPORTED_ATTENTION:
@@ -254,6 +278,12 @@ class KVCompressor:
         self.record.kept.append(indices.shape[2])
 
 
-def compress(model: nn.Module, policy: Policy, budget: int | float | Budget, decode_reserve: int = 0) -> KVCompressor:
+def compress(
+    model: nn.Module,
+    policy: Policy,
+    budget: int | float | Budget,
+    decode_reserve: int = 0,
+    decode_kernel: str = "model",
+) -> KVCompressor:
     """Evict ``model``'s KV cache with ``policy`` under ``budget`` inside a ``with`` block."""
-    return KVCompressor(model, policy, budget, decode_reserve=decode_reserve)
+    return KVCompressor(model, policy, budget, decode_reserve=decode_reserve, decode_kernel=decode_kernel)

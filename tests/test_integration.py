@@ -177,3 +177,25 @@ def test_paused_compressor_keeps_the_full_cache(make_model) -> None:
         evicted = model.generate(prompt(), max_new_tokens=1, do_sample=False, return_dict_in_generate=True)
     assert full.cache.get_seq_length() == PROMPT
     assert evicted.cache.get_seq_length() == BUDGET
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gemm_decode_kernel_matches_the_model_kernel(arch: str, attn: str, dtype: torch.dtype, make_model) -> None:
+    model = make_model(arch, dtype=dtype, attn=attn)
+    runs = {}
+    for kernel in ("model", "gemm"):
+        with compress(model, SnapKV(window=WINDOW), budget=BUDGET, decode_reserve=4, decode_kernel=kernel):
+            runs[kernel] = model.generate(
+                prompt(), max_new_tokens=4, do_sample=False, output_logits=True, return_dict_in_generate=True
+            )
+    assert torch.equal(runs["model"].sequences, runs["gemm"].sequences)
+    tolerance = 1e-4 if dtype == torch.float32 else 5e-2
+    for a, b in zip(runs["model"].logits, runs["gemm"].logits, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=tolerance, atol=tolerance)
+
+
+def test_unknown_decode_kernel_is_rejected(make_model) -> None:
+    with pytest.raises(ValueError, match="decode_kernel='fast' is not allowed; choose one of: model, gemm"):
+        compress(make_model(), ReSTKV(window=WINDOW), budget=BUDGET, decode_kernel="fast")

@@ -83,6 +83,7 @@ def run_job(
         ids=inputs.get("ids"),
         base=inputs.get("base"),
         profiled=profiled,
+        decode_kernel=settings.decode_kernel,
     )
     if profiled:
         return {"ops": times}

@@ -12,6 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig, PretrainedConfig
 
+from restkv.integrate import DECODE_KERNELS
 from restkv.policy import Policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +51,7 @@ class Settings:
     decode_fill: str = "synthetic"
     decode_policy: str = "restkv"
     decode_profile: bool = False
+    decode_kernel: str = "model"
     memory: bool = True
     memory_contexts: list[int] | None = None
     bandwidth_mib: int = 1024
@@ -68,6 +70,10 @@ class Settings:
                 f"decode_caches={self.decode_caches}: allowed {', '.join(CACHES)}",
             ),
             (self.decode_fill in FILLS, f"decode_fill={self.decode_fill!r}: choose one of {', '.join(FILLS)}"),
+            (
+                self.decode_kernel in DECODE_KERNELS,
+                f"decode_kernel={self.decode_kernel!r}: choose one of {', '.join(DECODE_KERNELS)}",
+            ),
             (self.bound_bandwidth in BOUND_BANDWIDTHS, f"bound_bandwidth={self.bound_bandwidth!r}: copy or read"),
             (all(c > 0 for c in self.contexts), f"contexts={self.contexts}: lengths must be positive"),
             (self.repeats >= 1 and self.warmup >= 0, "repeats must be >= 1 and warmup >= 0"),

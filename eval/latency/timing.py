@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from baselines.full import FullCache
 from eval.latency.bounds import synchronize
 from eval.latency.modeling import cache_bytes, synthetic_cache
 from restkv.integrate import KVCompressor
@@ -57,8 +58,11 @@ def forward(model: PreTrainedModel, ids: torch.Tensor, cache: DynamicCache, star
     return out.logits[0, -1]
 
 
-def compressor_for(model: PreTrainedModel, policy: Policy, budget: int | None, reserve: int) -> TimedCompressor:
-    return TimedCompressor(model, policy, budget if budget is not None else 1 << 30, decode_reserve=reserve)
+def compressor_for(
+    model: PreTrainedModel, policy: Policy, budget: int | None, reserve: int, decode_kernel: str = "model"
+) -> TimedCompressor:
+    budget = budget if budget is not None else 1 << 30
+    return TimedCompressor(model, policy, budget, decode_reserve=reserve, decode_kernel=decode_kernel)
 
 
 @torch.no_grad()
@@ -127,11 +131,14 @@ def decode_case(
     ids: torch.Tensor | None = None,
     base: tuple[torch.Tensor, torch.Tensor] | None = None,
     profiled: bool = False,
+    decode_kernel: str = "model",
 ) -> tuple[Any, dict[str, int]]:
     """Fill a cache for a ``context``-token prompt (synthetic, or a real prefill with ``policy``), then decode.
 
     ``budget`` None is the full cache. Returns the timed steps' seconds (``profiled``: the costliest
-    operators of those steps instead) and the cache's bytes before the first step.
+    operators of those steps instead) and the cache's bytes before the first step. Decoding always
+    runs under a compressor (one that evicts nothing for synthetic caches), so ``decode_kernel``
+    applies to the full and the compressed cache alike.
     """
     reserve = warmup + steps if kind == "preallocated" else 0
 
@@ -145,9 +152,10 @@ def decode_case(
         assert base is not None
         cache = synthetic_cache(model.config, base, context if budget is None else budget, kind, reserve)
         before = cache_bytes(cache)
-        return run(cache), before
+        with compressor_for(model, FullCache(), None, 0, decode_kernel):
+            return run(cache), before
     assert policy is not None and ids is not None
-    with compressor_for(model, policy, budget, reserve) as compressor:
+    with compressor_for(model, policy, budget, reserve, decode_kernel) as compressor:
         _, cache = prefill(model, ids, compressor)
         before = cache_bytes(cache)
         return run(cache), before
