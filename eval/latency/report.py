@@ -47,6 +47,11 @@ def prefill_entry(run: dict[str, Any], token_bytes: int) -> dict[str, Any]:
     return entry
 
 
+def _significant(value: float, digits: int = 6) -> float:
+    """Round to significant digits, so that ratios recomputed from stored values stay exact at any scale."""
+    return float(f"{value:.{digits}g}")
+
+
 def decode_entry(run: dict[str, Any], settings: Settings, parameter_bytes: int, bandwidth: dict) -> dict[str, Any]:
     job, timed = run["job"], run["timed"]
     per_token = [t["seconds_per_token"] * 1e3 for t in timed]
@@ -65,16 +70,16 @@ def decode_entry(run: dict[str, Any], settings: Settings, parameter_bytes: int, 
         "cache": job["cache"],
         "fill": settings.decode_fill,
         "tokens": settings.decode_tokens,
-        "ms_per_token_median": round(measured, 4),
+        "ms_per_token_median": _significant(measured),
         "ms_per_token": [round(x, 4) for x in per_token],
         "cache_tokens_start": cache["tokens_mean"],
         "cache_bytes_start": cache["logical"],
         "cache_bytes_allocated": cache["allocated"],
         "parameter_bytes_read": parameter_bytes,
         "bytes_read_per_step": round(read),
-        "bound_ms": round(bound, 4),
+        "bound_ms": _significant(bound),
         "bound_bandwidth_gbps": gbps,
-        "achieved_over_bound": round(measured / bound, 4),
+        "achieved_over_bound": _significant(measured / bound),
     }
     entry.update(_memory_fields(run.get("memory")))
     if run.get("profile"):
