@@ -15,6 +15,7 @@ from eval.runner import RunSettings, run_benchmark
 def run(tmp_path: Path, policy: str, budget: int) -> tuple[dict, list[dict]]:
     overrides = [
         f"out_dir={tmp_path}",
+        "model=tiny-random-llama",
         "bench=fidelity",
         f"policy={policy}",
         f"budget={budget}",

@@ -313,6 +313,7 @@ def run_config(tmp_path: Path, data_dir: Path, *extra: str):
             config_name="config",
             overrides=[
                 f"out_dir={tmp_path / 'results'}",
+                "model=tiny-random-llama",
                 "bench=infinitebench",
                 f"bench.data_dir={data_dir}",
                 "bench.hub=false",

@@ -16,7 +16,7 @@ from eval.runner import RunSettings, run_benchmark
 
 def config(tmp_path: Path, *overrides: str):
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
-        cfg = compose(config_name="config", overrides=[f"out_dir={tmp_path}", *overrides])
+        cfg = compose(config_name="config", overrides=[f"out_dir={tmp_path}", "model=tiny-random-llama", *overrides])
     OmegaConf.set_struct(cfg, False)
     cfg.bench = OmegaConf.create({"_target_": "_fake_bench.FakeBench", "count": 6})
     return cfg
@@ -95,6 +95,7 @@ def test_ruler_and_niah_benchmarks_run_through_the_runner(tmp_path: Path, capsys
             config_name="config",
             overrides=[
                 f"out_dir={tmp_path}",
+                "model=tiny-random-llama",
                 "bench=ruler",
                 "bench.tasks=[niah_single_1,vt,qa_1]",
                 "bench.lengths=[1024]",
@@ -107,6 +108,7 @@ def test_ruler_and_niah_benchmarks_run_through_the_runner(tmp_path: Path, capsys
             config_name="config",
             overrides=[
                 f"out_dir={tmp_path}",
+                "model=tiny-random-llama",
                 "bench=niah",
                 "bench.lengths=[600,900]",
                 "bench.depths=[0,100]",
@@ -134,6 +136,7 @@ def test_killed_run_resumes_without_losing_finished_samples(tmp_path: Path) -> N
         sys.executable,
         str(repo / "eval" / "run.py"),
         f"out_dir={tmp_path}",
+        "model=tiny-random-llama",
         "budget=64",
         "policy.window=8",
         "bench.tasks=[niah_single_1,niah_single_2]",

@@ -1,0 +1,900 @@
+"""Train ``models/micro-llama`` from scratch on a CPU: a small Llama that retrieves over 4096 tokens.
+
+No pretrained weights can be downloaded here, and random weights retrieve nothing, so this script
+trains the repository's own long-context test model, deterministically, in about 2.5 hours on two
+CPU cores:
+
+* **Tokenizer**: a byte-level BPE (8192 tokens) trained with ``tokenizers`` on the training novel
+  (*Pride and Prejudice*, :data:`eval.benchmarks.haystack.TRAIN_HAYSTACK`) and on text generated
+  by the training tasks below. Numbers are pre-split into groups of up to three digits (a 7-digit
+  needle value is 3 tokens), a UUID is one pre-token (BPE merges hex pairs and triples: ~17
+  tokens), a word keeps its leading space (as GPT-2). BOS is prepended by the tokenizer; every
+  answer ends with EOS.
+* **Model**: Llama architecture (RoPE, GQA 6 query / 2 key-value heads, RMSNorm, SwiGLU), hidden
+  192, 4 layers, tied embeddings, ~3.1M parameters.
+* **Curriculum** (the trials in the issue): induction heads first (random token sequences
+  repeated, loss on the second copy), then the task mixture, then length. The mixture holds all
+  RULER needle families (``niah_single_1/2/3``, ``niah_multikey_1/2/3``, ``niah_multivalue``,
+  ``niah_multiquery``: noise, essay and needle haystacks, with RULER's exact templates), RULER's
+  variable tracking ``vt``, the classic passkey prompt and a key-value (JSON) retrieval, plus some
+  copy. Prompts are generated with RULER's own builders (``eval.benchmarks.ruler``) from seeds
+  ``>= 10**6`` (evaluation uses small seeds), essays are random windows of the training novel
+  (the evaluation novel, *Emma*, is never read here). The loss covers the answer tokens only (and
+  EOS). Lengths double (256, 512, 1024, 2048, 4096 prompt tokens) when the held-out exact-match
+  accuracy of the current stage passes the stage's threshold, or after the stage's step cap; each
+  stage also replays shorter lengths. Below 4096, half of the batches shift the positions of a
+  random suffix (PoSE, Zhu et al. 2024) so that every RoPE distance up to 4096 is seen early.
+* **Held-out monitoring**: teacher-forced exact-match and per-token accuracy per task on prompts
+  from separate seeds (training novel), logged every few hundred steps to ``training_log.json``.
+* **Resumable**: a checkpoint (model, optimizer, RNG states, curriculum state, step, log) is
+  written to ``outputs/micro_model/checkpoint.pt`` every few minutes; ``--resume`` continues from
+  it. Data depend only on (step, index), so a resumed run sees the same batches.
+
+    python scripts/train_micro_model.py                 # train from scratch (refuses to overwrite)
+    python scripts/train_micro_model.py --resume        # continue after an interruption
+    python scripts/train_micro_model.py --export-only   # write models/micro-llama from the checkpoint
+
+Run it in the background: ``nohup python scripts/train_micro_model.py --resume >>
+outputs/micro_model/train.log 2>&1 &`` (``--resume`` starts from scratch when no checkpoint exists).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import string
+import sys
+import time
+import uuid
+
+# Sleep, not spin, when an OpenMP thread waits: with other processes on the two cores, spinning
+# threads make every step several times slower. Must be set before torch starts OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from eval.benchmarks import ruler  # noqa: E402
+from eval.benchmarks.base import Sample  # noqa: E402
+from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack  # noqa: E402
+from eval.prompting import tokenize  # noqa: E402
+
+WORK_DIR = REPO / "outputs" / "micro_model"
+EXPORT_DIR = REPO / "models" / "micro-llama"
+CHECKPOINT = "checkpoint.pt"
+
+BOS, EOS, PAD = "<|begin_of_text|>", "<|end_of_text|>", "<|pad|>"
+VOCAB_SIZE = 8192
+MAX_LENGTH = 4096
+TRAIN_SEED_BASE = 1_000_000  # training prompts use seeds >= this; evaluation uses small seeds
+HELDOUT_SEED_BASE = 100_000  # held-out monitoring prompts (training novel): 100_000 + 10 * length + i
+
+MODEL_CONFIG: dict[str, Any] = {
+    "vocab_size": VOCAB_SIZE,
+    "hidden_size": 192,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "max_position_embeddings": MAX_LENGTH,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": True,
+    "hidden_act": "silu",
+    "initializer_range": 0.02,
+}
+
+# --------------------------------------------------------------------------------------------
+# Extra tasks (not in RULER): passkey retrieval and key-value (JSON) retrieval
+# --------------------------------------------------------------------------------------------
+
+PASSKEY_PREAMBLE = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+    "I will quiz you about the important information there."
+)
+PASSKEY_NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+PASSKEY_NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
+PASSKEY_QUESTION = "\nWhat is the pass key?"
+PASSKEY_ANSWER_PREFIX = " The pass key is"
+PASSKEY_MAX_NEW_TOKENS = 16
+
+KV_PREAMBLE = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
+KV_QUESTION = '\n\nKey: "{key}"\nCorresponding value:'
+KV_MAX_NEW_TOKENS = 64
+
+EXTRA_TASKS = ("passkey", "kv_retrieval")
+
+RECALL_MAX_NEW_TOKENS = 16
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def _count(tokenizer: PreTrainedTokenizerBase) -> Callable[[str], int]:
+    return lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
+
+
+def passkey_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
+    """The classic passkey prompt (Mohtashami & Jaggi 2023): a 5-digit key in repeated noise.
+
+    Like RULER, the prompt plus ``PASSKEY_MAX_NEW_TOKENS`` fits ``context_length`` tokens; the
+    needle sits at a uniformly drawn sentence boundary.
+    """
+    sample_seed = f"passkey/{seed}/{index}"
+    key = str(random.Random(sample_seed).randint(10000, 99999))
+    depth = random.Random(sample_seed + "/depth").random()
+
+    def build(n: int) -> ruler._Draft:
+        at = round(depth * n)
+        pieces = [PASSKEY_NOISE] * at + [PASSKEY_NEEDLE.format(key=key)] + [PASSKEY_NOISE] * (n - at)
+        return ruler._Draft(
+            context=PASSKEY_PREAMBLE + " " + " ".join(pieces),
+            question=PASSKEY_QUESTION,
+            answer_prefix=PASSKEY_ANSWER_PREFIX,
+            references=[key],
+            depths=[at / max(n, 1)],
+        )
+
+    budget = context_length - PASSKEY_MAX_NEW_TOKENS
+    fit = ruler._fit(build, _count(tokenizer), budget, 0, 4 * budget + 16)
+    return _as_sample("passkey", fit, context_length, seed, index, PASSKEY_MAX_NEW_TOKENS)
+
+
+def kv_retrieval_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
+    """Key-value retrieval (Liu et al. 2023, "Lost in the Middle"): a JSON object of UUID pairs."""
+    sample_seed = f"kv_retrieval/{seed}/{index}"
+
+    def build(n: int) -> ruler._Draft:
+        rng = random.Random(sample_seed)
+        pairs = [(_uuid(rng), _uuid(rng)) for _ in range(max(n, 1))]
+        pick = rng.randrange(len(pairs))
+        body = ",\n ".join(f'"{k}": "{v}"' for k, v in pairs)
+        return ruler._Draft(
+            context=KV_PREAMBLE + "{" + body + "}",
+            question=KV_QUESTION.format(key=pairs[pick][0]),
+            answer_prefix="",
+            references=[pairs[pick][1]],
+            depths=[pick / len(pairs)],
+        )
+
+    budget = context_length - KV_MAX_NEW_TOKENS
+    fit = ruler._fit(build, _count(tokenizer), budget, 1, 4 * budget + 16)
+    return _as_sample("kv_retrieval", fit, context_length, seed, index, KV_MAX_NEW_TOKENS)
+
+
+def recall_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
+    """A training-only warm-up: lines ``key: value`` (RULER's word keys and 7-digit values), then ``key:``."""
+    sample_seed = f"recall/{seed}/{index}"
+
+    def build(n: int) -> ruler._Draft:
+        rng = random.Random(sample_seed)
+        keys: list[str] = []
+        while len(keys) < max(n, 1):
+            key = ruler._random_value(rng, "words")
+            if key not in keys:
+                keys.append(key)
+        values = [ruler._random_value(rng, "numbers") for _ in keys]
+        pick = rng.randrange(len(keys))
+        return ruler._Draft(
+            context="\n".join(f"{k}: {v}" for k, v in zip(keys, values, strict=True)),
+            question=f"\n{keys[pick]}:",
+            answer_prefix="",
+            references=[values[pick]],
+            depths=[pick / len(keys)],
+        )
+
+    budget = context_length - RECALL_MAX_NEW_TOKENS
+    fit = ruler._fit(build, _count(tokenizer), budget, 1, 4 * budget + 16)
+    return _as_sample("recall", fit, context_length, seed, index, RECALL_MAX_NEW_TOKENS)
+
+
+def _as_sample(task: str, fit: Any, context_length: int, seed: int, index: int, max_new_tokens: int) -> Sample:
+    draft = fit.draft
+    return Sample(
+        id=f"{task}/{context_length}/{seed}/{index}",
+        task=task,
+        context=draft.context,
+        question=draft.question,
+        answer_prefix=draft.answer_prefix,
+        references=draft.references,
+        max_new_tokens=max_new_tokens,
+        metric="string_match_all",
+        chat_template=False,
+        meta={"context_length": context_length, "prompt_tokens": fit.tokens, "depths": draft.depths, "seed": seed},
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# RULER tasks from RULER's own builders, with the essay haystack a random window of a novel
+# --------------------------------------------------------------------------------------------
+
+RULER_TASKS = (
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+)
+TASKS = (*RULER_TASKS, *EXTRA_TASKS)
+"""Every task the model is trained and evaluated on (plus ``copy``, training only)."""
+
+
+def essay_window(essay: Any, rng: random.Random, words: int = 6000) -> Any:
+    """A ``ruler._Essay`` of ``words`` words starting at a random sentence start of ``essay``."""
+    size = len(essay.words)
+    starts = [e + 1 for e in essay.ends if e + 1 + words <= size]
+    start = rng.choice(starts) if starts else 0
+    stop = min(size, start + words)
+    ends = tuple(e - start for e in essay.ends if start <= e < stop - 1)
+    return ruler._Essay(essay.words[start:stop], ends)
+
+
+def ruler_sample(
+    task: str,
+    tokenizer: PreTrainedTokenizerBase,
+    context_length: int,
+    seed: int,
+    essay: Any | None = None,
+    index: int = 0,
+) -> Sample:
+    """One RULER sample, built exactly as :func:`eval.benchmarks.ruler.generate` builds it.
+
+    The only difference: essay haystacks come from ``essay`` (a ``ruler._Essay``), so that
+    training can use random windows of the training novel.
+    """
+    cfg = ruler.TASK_CONFIGS[task]
+    family = ruler._FAMILIES[cfg.family]
+    budget = context_length - family.max_new_tokens
+    count = ruler._TokenCounter(tokenizer)
+    base_seed = f"ruler/{task}/{seed}"
+    sample_seed = f"{base_seed}/{index}"
+    n_max = 4 * budget + 16
+    build: Callable[[int], ruler._Draft]
+    if isinstance(cfg, ruler._Niah):
+        n_min = 0 if cfg.type_haystack == "essay" else max(cfg.num_needle_k, cfg.num_needle_q) * cfg.num_needle_v
+        build = ruler._niah_builder(cfg, sample_seed, essay if cfg.type_haystack == "essay" else None)
+    elif isinstance(cfg, ruler._VariableTracking):
+        n_min = (cfg.num_hops + 1) * cfg.num_chains
+        example = ruler._vt_example(cfg, base_seed, count, min(cfg.icl_tokens, budget // 2))
+        build = ruler._vt_builder(cfg, sample_seed, example)
+    else:
+        raise ValueError(f"task {task} is not trained")
+    fit = ruler._fit(build, count, budget, n_min, n_max)
+    sample = _as_sample(task, fit, context_length, seed, index, family.max_new_tokens)
+    sample.metric = family.metric
+    return sample
+
+
+def make_sample(
+    task: str, tokenizer: PreTrainedTokenizerBase, prompt_tokens: int, seed: int, essay: Any | None = None
+) -> Sample:
+    """A sample of ``task`` whose prompt has about ``prompt_tokens`` tokens (answer room excluded)."""
+    if task == "passkey":
+        return passkey_sample(tokenizer, prompt_tokens + PASSKEY_MAX_NEW_TOKENS, seed)
+    if task == "kv_retrieval":
+        return kv_retrieval_sample(tokenizer, prompt_tokens + KV_MAX_NEW_TOKENS, seed)
+    if task == "recall":
+        return recall_sample(tokenizer, prompt_tokens + RECALL_MAX_NEW_TOKENS, seed)
+    family = ruler._FAMILIES[ruler.TASK_CONFIGS[task].family]
+    return ruler_sample(task, tokenizer, prompt_tokens + family.max_new_tokens, seed, essay)
+
+
+def target_text(sample: Sample) -> str:
+    """The answer the model is taught to give after the answer prefix (EOS follows).
+
+    Several values: in the order of the question's keys (multi-query) or of their appearance in
+    the context; ``"v1, v2, v3, and v4."``. Variable tracking: the chain's names in order,
+    space-separated, as RULER's in-context example answers.
+    """
+    refs = list(sample.references)
+    if sample.task == "vt":
+        return " ".join(refs)
+    if sample.task != "niah_multiquery":
+        refs.sort(key=lambda r: sample.context.find(r))
+    if len(refs) == 1:
+        return f" {refs[0]}."
+    return " " + ", ".join(refs[:-1]) + ", and " + refs[-1] + "."
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------------
+
+PRE_TOKENIZER_PATTERN = (
+    r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"  # a UUID is one pre-token
+    r"|'(?:[sdmt]|ll|ve|re)"  # contractions
+    r"| ?\p{L}+"  # words, with their leading space
+    r"|\p{N}{1,3}"  # numbers, in groups of up to three digits
+    r"| ?[^\s\p{L}\p{N}]+"  # punctuation
+    r"|\s+(?!\S)|\s+"
+)
+
+
+class _CharCounter:
+    """A stand-in tokenizer (4 characters a token) to generate text before the BPE exists."""
+
+    def __call__(self, text: str, add_special_tokens: bool = False, verbose: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [0] * (len(text) // 4)}
+
+
+def tokenizer_corpus() -> list[str]:
+    """Training text for the BPE: the training novel plus generated prompts and answers."""
+    novel = load_haystack(TRAIN_HAYSTACK)
+    texts = [p for p in novel.split("\n\n") if p.strip()]
+    fake = _CharCounter()
+    essay = ruler._essay(novel)
+    rng = random.Random(12345)
+    for i in range(300):
+        for task in TASKS:
+            seed = TRAIN_SEED_BASE - 1 - i  # seeds of neither training nor evaluation
+            sample = make_sample(task, fake, 512, seed, essay_window(essay, rng))  # type: ignore[arg-type]
+            texts.append(sample.context + sample.question + sample.answer_prefix + target_text(sample))
+    # every group of 1-3 digits, so that each becomes a token
+    groups = [f"{i:03d}" for i in range(1000)] + [f"{i:02d}" for i in range(100)] + [str(i) for i in range(10)]
+    texts.extend(" ".join(groups) for _ in range(20))
+    # key words (RULER's adjective-noun keys) as whole tokens; uppercase variable names in pairs
+    adjectives, nouns = ruler._key_words()
+    for _ in range(20):
+        texts.append(" ".join(f"{a}-{rng.choice(nouns)}" for a in adjectives))
+        texts.append(" ".join(f"{rng.choice(adjectives)}-{n}" for n in nouns))
+        texts.append(" ".join(f"for {w}" for w in (*adjectives, *nouns)))
+    for _ in range(300):
+        names = ("".join(rng.choices(string.ascii_uppercase, k=5)) for _ in range(100))
+        texts.append("\n".join(f"VAR {name} = VAR {name[::-1]}" for name in names))
+    return texts
+
+
+def train_tokenizer() -> PreTrainedTokenizerFast:
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRE_TOKENIZER_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=[BOS, EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    backend.train_from_iterator(tokenizer_corpus(), trainer=trainer)
+    bos_id = backend.token_to_id(BOS)
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, bos_id)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        model_max_length=MAX_LENGTH,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def load_or_train_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
+    if (folder / "tokenizer.json").exists():
+        return PreTrainedTokenizerFast.from_pretrained(folder)
+    tokenizer = train_tokenizer()
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(folder)
+    return PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+# --------------------------------------------------------------------------------------------
+# Token sequences for training
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Example:
+    """One training or held-out sequence: ids, and the positions whose next token is supervised."""
+
+    task: str
+    ids: list[int]
+    answer_start: int  # ids[answer_start:] is the answer (EOS included) predicted from the previous position
+
+    @property
+    def answer_len(self) -> int:
+        return len(self.ids) - self.answer_start
+
+
+def encode(sample: Sample, tokenizer: PreTrainedTokenizerBase) -> Example:
+    """The sample tokenized exactly as the evaluation tokenizes it, followed by the target and EOS."""
+    prompt = tokenize(sample, tokenizer, chat=False, max_context=10**9)
+    answer = tokenizer(target_text(sample), add_special_tokens=False)["input_ids"]
+    ids = prompt.context + prompt.query + answer + [tokenizer.eos_token_id]
+    return Example(sample.task, ids, prompt.length)
+
+
+COPY_TASKS = ("copy_short", "copy")
+
+
+def copy_example(task: str, length: int, seed: int, vocab_size: int) -> Example:
+    """Induction data: random tokens, a span repeated, loss on the repeat (from its second token).
+
+    ``copy_short``: ``S S`` with ``S`` of random length, in sequences of ``length`` tokens (the
+    first induction stage uses 32: induction heads form there in a few hundred steps, at 256
+    tokens they had not formed after 500). Tokens come from the whole vocabulary: heads grown on a
+    1024-token alphabet did not copy the other tokens.
+    ``copy``: ``A S B S`` over the whole vocabulary, ``A``, ``S``, ``B`` of random lengths, so that
+    the repeat can only be found by content, at any distance.
+    """
+    rng = random.Random(f"{task}/{seed}")
+    body = length - 1
+    if task == "copy_short":
+        span = rng.randint(4, max(4, body // 2))
+        segment = [rng.randrange(3, vocab_size) for _ in range(span)]
+        ids = [0, *segment, *segment]
+        return Example(task, ids, len(ids) - span + 1)
+    span = rng.randint(8, max(8, body // 3))
+    filler = max(0, body - 2 * span)
+    before = rng.randint(0, filler)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(3, vocab_size) for _ in range(n)]
+
+    segment = tokens(span)
+    ids = [0, *tokens(before), *segment, *tokens(filler - before), *segment]
+    return Example(task, ids, len(ids) - span + 1)
+
+
+class TaskData:
+    """Training and held-out examples of every task at any prompt length, from seeds."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+        self.tokenizer = tokenizer
+        self.essay = ruler._essay(load_haystack(TRAIN_HAYSTACK))
+        self.vocab_size = len(tokenizer)
+        self._heldout: dict[tuple[str, int, int], list[Example]] = {}
+
+    def example(self, task: str, length: int, seed: int) -> Example | None:
+        """An example of ``task`` with a prompt of about ``length`` tokens; None if it cannot fit."""
+        if task in COPY_TASKS:
+            return copy_example(task, length, seed, self.vocab_size)
+        essay = essay_window(self.essay, random.Random(f"essay/{seed}"))
+        try:
+            sample = make_sample(task, self.tokenizer, length, seed, essay)
+        except (ValueError, ruler._TooShort):
+            return None
+        return encode(sample, self.tokenizer)
+
+    def heldout(self, task: str, length: int, count: int) -> list[Example]:
+        key = (task, length, count)
+        if key not in self._heldout:
+            found = []
+            for i in range(count):
+                example = self.example(task, length, HELDOUT_SEED_BASE + 10 * length + i)
+                if example is not None:
+                    found.append(example)
+            self._heldout[key] = found
+        return self._heldout[key]
+
+
+# --------------------------------------------------------------------------------------------
+# Curriculum
+# --------------------------------------------------------------------------------------------
+
+TASK_WEIGHTS: dict[str, float] = {
+    "niah_single_1": 1.0,
+    "niah_single_2": 1.0,
+    "niah_single_3": 1.0,
+    "niah_multikey_1": 1.0,
+    "niah_multikey_2": 1.0,
+    "niah_multikey_3": 1.0,
+    "niah_multivalue": 1.0,
+    "niah_multiquery": 1.0,
+    "vt": 1.5,
+    "passkey": 0.5,
+    "kv_retrieval": 0.75,
+    "recall": 1.0,  # training-only warm-up task
+    "copy": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    length: int  # prompt tokens
+    batch: int  # sequences per step
+    max_steps: int
+    threshold: float  # advance when the held-out exact match (mean over tasks) reaches this
+    eval_every: int
+    seconds_per_step: float  # estimate on 2 idle CPU cores: unused steps of earlier stages go to the last one
+    lr: float = 2e-3
+    copy_task: str | None = None  # an induction stage: only this copy task
+    tasks: dict[str, float] | None = None  # this stage's own mixture (default: the adaptive one)
+
+
+KEYS_MIXTURE = {
+    "recall": 3.0,
+    "niah_multikey_2": 2.0,
+    "niah_multikey_3": 1.0,
+    "kv_retrieval": 1.0,
+    "niah_single_1": 0.5,
+    "copy": 0.5,
+}
+
+STAGES: tuple[Stage, ...] = (
+    Stage("induction-32", 32, 64, 1500, 0.90, 50, 0.2, lr=3e-3, copy_task="copy_short"),
+    Stage("induction-128", 128, 32, 400, 0.95, 50, 0.3, lr=3e-3, copy_task="copy"),
+    Stage("tasks-256", 256, 16, 700, 0.90, 100, 0.55),
+    # Key matching among several needles was still failing after 700 steps at 256 tokens (while
+    # single needles were solved): short prompts with a few keys, as for induction, to grow it.
+    Stage("keys-128", 128, 32, 600, 0.90, 50, 0.45, tasks=KEYS_MIXTURE),
+    # ... and recall was still at 0 % after those 600 steps: fewer keys, shorter prompts.
+    Stage("recall-48", 48, 64, 500, 0.90, 50, 0.3, tasks={"recall": 1.0}),
+    Stage("tasks-512", 512, 8, 600, 0.90, 100, 0.6),
+    Stage("tasks-1024", 1024, 6, 400, 0.90, 100, 1.1),
+    Stage("tasks-2048", 2048, 3, 300, 0.90, 100, 1.7),
+    Stage("tasks-4096", 4096, 2, 400, 2.0, 100, 2.6),
+)
+REPLAY = 0.25  # share of batches at a shorter, earlier length
+POSE = 0.5  # share of batches (below 4096, in stages of 512 tokens or more) with a position skip
+HELDOUT_PER_TASK = 6
+SWEEP_PER_TASK = 4
+WARMUP, FINAL_LR_FRACTION = 30, 0.1
+
+
+def task_lengths() -> list[int]:
+    """The prompt lengths of the task stages (read at call time: --smoke replaces STAGES)."""
+    return [s.length for s in STAGES if s.copy_task is None]
+
+
+@dataclass
+class State:
+    step: int = 0
+    stage: int = 0
+    stage_step: int = 0
+    final_steps: int = 0  # steps of the last stage, fixed when it starts
+    saved_seconds: float = 0.0  # estimated seconds of unused steps in earlier stages
+    elapsed: float = 0.0  # training wall-clock seconds, over all sessions
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+
+def lr_at(state: State) -> float:
+    stage = STAGES[min(state.stage, len(STAGES) - 1)]
+    if state.step < WARMUP:
+        return stage.lr * (state.step + 1) / WARMUP
+    if state.stage == len(STAGES) - 1 and state.final_steps:
+        progress = min(1.0, state.stage_step / state.final_steps)
+        return stage.lr * (FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return stage.lr
+
+
+ADAPT_FROM = "tasks-512"  # from this stage on, tasks still failing held out get more of each batch
+
+
+def task_weights(state: State, length: int) -> dict[str, float]:
+    """:data:`TASK_WEIGHTS`, scaled from stage :data:`ADAPT_FROM` on by held-out failure.
+
+    A task's weight is multiplied by ``0.25 + 1.5 * (1 - exact)``, ``exact`` being its latest
+    held-out exact match at ``length`` (at any length if there is none yet): mastered tasks keep a
+    quarter of their share, failing ones get up to 1.75 times theirs. The log lives in the
+    checkpoint, so this is as deterministic as the rest.
+    """
+    names = [s.name for s in STAGES]
+    if ADAPT_FROM not in names or state.stage < names.index(ADAPT_FROM):
+        return dict(TASK_WEIGHTS)
+    latest: dict[str, float] = {}
+    at_length: dict[str, float] = {}
+    for row in state.log:
+        if row.get("kind") in ("heldout", "sweep") and "exact" in row:
+            latest[row["task"]] = row["exact"]
+            if row["length"] == length:
+                at_length[row["task"]] = row["exact"]
+    weights = {}
+    for task, weight in TASK_WEIGHTS.items():
+        exact = at_length.get(task, latest.get(task))
+        weights[task] = weight if exact is None else weight * (0.25 + 1.5 * (1 - exact))
+    return weights
+
+
+def pick_tasks(rng: random.Random, count: int, weights: dict[str, float] | None = None) -> list[str]:
+    weights = weights or TASK_WEIGHTS
+    names = list(weights)
+    return rng.choices(names, weights=[weights[n] for n in names], k=count)
+
+
+def make_batch(data: TaskData, state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[Example]]:
+    """The batch of ``state.step``: input ids, position ids and labels (-100: not supervised)."""
+    stage = STAGES[state.stage]
+    rng = random.Random(f"batch/{state.step}")
+    length, batch = stage.length, stage.batch
+    earlier = [s for s in STAGES[: state.stage] if s.copy_task is None]
+    if earlier and rng.random() < REPLAY:
+        replay = rng.choice(earlier)
+        length, batch = replay.length, replay.batch
+    examples: list[Example] = []
+    attempt = 0
+    weights = stage.tasks if stage.tasks and length == stage.length else task_weights(state, length)
+    while len(examples) < batch:
+        task = stage.copy_task or pick_tasks(rng, 1, weights)[0]
+        example = data.example(task, length, TRAIN_SEED_BASE + 1000 * state.step + attempt)
+        attempt += 1
+        if example is not None:
+            examples.append(example)
+    width = max(len(e.ids) for e in examples)
+    ids = torch.full((len(examples), width), data.tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    positions = torch.arange(width).repeat(len(examples), 1)
+    use_pose = stage.length >= 512 and length < MAX_LENGTH and rng.random() < POSE
+    for row, example in enumerate(examples):
+        n = len(example.ids)
+        ids[row, :n] = torch.tensor(example.ids)
+        labels[row, example.answer_start - 1 : n - 1] = torch.tensor(example.ids[example.answer_start :])
+        if use_pose:
+            cut = rng.randrange(1, example.answer_start)
+            positions[row, cut:] += rng.randrange(0, MAX_LENGTH - width + 1)
+    return ids, positions, labels, examples
+
+
+def sequence_loss(model: LlamaForCausalLM, ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor):
+    """Cross-entropy on the supervised positions, averaged per sequence then over the batch."""
+    hidden = model.model(input_ids=ids, position_ids=positions).last_hidden_state
+    mask = labels != -100
+    logits = model.lm_head(hidden[mask])
+    losses = F.cross_entropy(logits.float(), labels[mask], reduction="none")
+    rows = mask.nonzero()[:, 0]
+    per_row = torch.zeros(ids.shape[0]).index_add_(0, rows, losses) / mask.sum(1).clamp(min=1)
+    return per_row.mean()
+
+
+@torch.no_grad()
+def score_examples(model: LlamaForCausalLM, examples: list[Example]) -> tuple[float, float]:
+    """Teacher-forced exact match (every answer token is the argmax) and per-token accuracy.
+
+    EOS is not counted. A teacher-forced exact match is exactly what greedy decoding produces.
+    """
+    exact, correct, total = 0, 0, 0
+    for example in examples:
+        ids = torch.tensor([example.ids])
+        hidden = model.model(input_ids=ids).last_hidden_state
+        start, stop = example.answer_start, len(example.ids) - (0 if example.task in COPY_TASKS else 1)
+        predicted = model.lm_head(hidden[0, start - 1 : stop - 1]).argmax(-1)
+        gold = ids[0, start:stop]
+        hits = int((predicted == gold).sum())
+        exact += int(hits == len(gold))
+        correct += hits
+        total += len(gold)
+    return exact / max(len(examples), 1), correct / max(total, 1)
+
+
+def evaluate(model, data: TaskData, state: State, lengths: list[int], per_task: int, tag: str) -> float:
+    """Held-out accuracy per task at each length, appended to the log; returns the mean exact match."""
+    model.eval()
+    copy_task = STAGES[state.stage].copy_task
+    mixture = STAGES[state.stage].tasks or TASK_WEIGHTS
+    tasks = [copy_task] if copy_task else [t for t in mixture if t not in COPY_TASKS]
+    means = []
+    for length in lengths:
+        rows = []
+        for task in tasks:
+            examples = data.heldout(task, length, per_task)
+            if not examples:
+                continue
+            exact, token = score_examples(model, examples)
+            rows.append((task, exact, token))
+            state.log.append(
+                {
+                    "kind": tag,
+                    "step": state.step,
+                    "stage": STAGES[state.stage].name,
+                    "elapsed_s": round(state.elapsed),
+                    "length": length,
+                    "task": task,
+                    "n": len(examples),
+                    "exact": round(exact, 4),
+                    "token_acc": round(token, 4),
+                }
+            )
+        # the induction stage is judged on per-token copy accuracy, the tasks on exact match
+        mean = sum(r[2] if copy_task else r[1] for r in rows) / max(len(rows), 1)
+        means.append(mean)
+        table = " ".join(f"{t}={e:.2f}/{k:.2f}" for t, e, k in rows)
+        print(f"[{tag}] step {state.step} length {length} mean exact {mean:.3f} | {table}", flush=True)
+    model.train()
+    return means[0] if means else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Model, checkpoints, export
+# --------------------------------------------------------------------------------------------
+
+
+def build_model(tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        **MODEL_CONFIG,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config)
+
+
+def make_optimizer(model: LlamaForCausalLM) -> torch.optim.Optimizer:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.05}, {"params": other, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=STAGES[0].lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def save_checkpoint(path: Path, model, optimizer, state: State) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "state": asdict(state),
+            "torch_rng": torch.get_rng_state(),
+            "python_rng": random.getstate(),
+        },
+        tmp,
+    )
+    os.replace(tmp, path)
+
+
+def export(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, state: State, folder: Path) -> None:
+    """The Hugging Face folder: config, bf16 safetensors, tokenizer, training log."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exported = LlamaForCausalLM(model.config)
+    exported.load_state_dict(model.state_dict())
+    exported.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    summary = {
+        "model_config": MODEL_CONFIG,
+        "stages": [asdict(s) for s in STAGES],
+        "task_weights": TASK_WEIGHTS,
+        "steps": state.step,
+        "training_seconds": round(state.elapsed),
+        "threads": torch.get_num_threads(),
+        "log": state.log,
+    }
+    (folder / "training_log.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"exported {folder}", flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Training loop
+# --------------------------------------------------------------------------------------------
+
+
+def advance(state: State, model, data: TaskData) -> None:
+    """Move to the next stage (logging a sweep over every length first)."""
+    stage = STAGES[state.stage]
+    if stage.copy_task is None:
+        lengths = task_lengths()
+        evaluate(model, data, state, lengths, SWEEP_PER_TASK, "sweep")
+    state.saved_seconds += (stage.max_steps - state.stage_step) * stage.seconds_per_step
+    state.log.append({"kind": "advance", "step": state.step, "from": stage.name, "elapsed_s": round(state.elapsed)})
+    state.stage += 1
+    state.stage_step = 0
+    if state.stage == len(STAGES) - 1:
+        last = STAGES[-1]
+        state.final_steps = last.max_steps + int(state.saved_seconds / last.seconds_per_step)
+        print(f"final stage: {state.final_steps} steps", flush=True)
+    print(f"=== stage {STAGES[state.stage].name} at step {state.step}", flush=True)
+
+
+def train(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    work_dir, export_dir = Path(args.work_dir), Path(args.export_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = work_dir / CHECKPOINT
+    if checkpoint.exists() and not (args.resume or args.export_only):
+        raise SystemExit(f"{checkpoint} exists: pass --resume to continue it (or delete it to start over)")
+    tokenizer = load_or_train_tokenizer(work_dir / "tokenizer")
+    data = TaskData(tokenizer)
+    model = build_model(tokenizer)
+    optimizer = make_optimizer(model)
+    state = State()
+    if checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = State(**saved["state"])
+        torch.set_rng_state(saved["torch_rng"])
+        random.setstate(saved["python_rng"])
+        print(f"resumed at step {state.step}, stage {STAGES[min(state.stage, len(STAGES) - 1)].name}", flush=True)
+    if args.export_only:
+        export(model, tokenizer, state, export_dir)
+        return
+    params = sum(p.numel() for p in model.parameters())
+    print(f"model: {params / 1e6:.2f}M parameters; vocabulary {len(tokenizer)}; threads {args.threads}", flush=True)
+    model.train()
+    last_save = time.time()
+    window_start, window_tokens, window_loss = time.time(), 0, 0.0
+    while state.stage < len(STAGES):
+        stage = STAGES[state.stage]
+        limit = state.final_steps if state.stage == len(STAGES) - 1 else stage.max_steps
+        if state.stage_step >= limit:
+            if state.stage == len(STAGES) - 1:
+                evaluate(model, data, state, task_lengths(), HELDOUT_PER_TASK, "final")
+                state.stage += 1
+                break
+            tick = time.time()
+            advance(state, model, data)
+            state.elapsed += time.time() - tick
+            continue
+        tick = time.time()
+        ids, positions, labels, _ = make_batch(data, state)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(state)
+        loss = sequence_loss(model, ids, positions, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        state.step += 1
+        state.stage_step += 1
+        state.elapsed += time.time() - tick
+        window_tokens += ids.numel()
+        window_loss += loss.item()
+        if state.step % 20 == 0:
+            seconds = time.time() - window_start
+            print(
+                f"step {state.step} [{stage.name} {state.stage_step}/{limit}] loss {window_loss / 20:.4f} "
+                f"lr {lr_at(state):.2e} {window_tokens / seconds:.0f} tok/s {seconds / 20:.2f} s/step "
+                f"elapsed {state.elapsed / 60:.1f} min load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+            window_start, window_tokens, window_loss = time.time(), 0, 0.0
+        if state.stage_step % stage.eval_every == 0:
+            tick = time.time()
+            mean = evaluate(model, data, state, [stage.length], HELDOUT_PER_TASK, "heldout")
+            if mean >= stage.threshold and state.stage < len(STAGES) - 1:
+                advance(state, model, data)
+            state.elapsed += time.time() - tick
+        if time.time() - last_save > args.save_every:
+            save_checkpoint(checkpoint, model, optimizer, state)
+            last_save = time.time()
+    save_checkpoint(checkpoint, model, optimizer, state)
+    print(f"done: {state.step} steps, {state.elapsed / 3600:.2f} h of training", flush=True)
+    export(model, tokenizer, state, export_dir)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--resume", action="store_true", help="continue from outputs/micro_model/checkpoint.pt")
+    parser.add_argument("--export-only", action="store_true", help="export the checkpoint to models/micro-llama")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--save-every", type=float, default=300.0, help="seconds between checkpoints")
+    parser.add_argument("--work-dir", default=str(WORK_DIR), help="checkpoint and tokenizer folder")
+    parser.add_argument("--export-dir", default=str(EXPORT_DIR), help="where the trained model is written")
+    parser.add_argument("--smoke", action="store_true", help="a few steps per stage, to check the pipeline")
+    args = parser.parse_args()
+    if args.smoke:
+        global STAGES
+        STAGES = tuple(
+            Stage(s.name, min(s.length, 1024), 2, 3, s.threshold, 2, 1.0, s.lr, s.copy_task, s.tasks)
+            for s in STAGES[:6]
+        )
+    train(args)
+
+
+if __name__ == "__main__":
+    main()
