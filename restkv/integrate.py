@@ -58,6 +58,22 @@ def _original_attention(module: nn.Module, implementation: str) -> Callable[...,
     return ALL_ATTENTION_FUNCTIONS._global_mapping[implementation]
 
 
+def _mask_for_layer(mask: torch.Tensor, kv_length: int, q_length: int) -> torch.Tensor:
+    """The attention mask for a layer whose cache length differs from layer 0's.
+
+    The model builds one mask from layer 0's cache; after eviction with a per-layer schedule
+    (PyramidKV) the other layers hold fewer or more tokens. Every kept token is visible (batch 1,
+    no padding) and the new tokens, the last ``q_length`` columns in every layer, keep the
+    model's own mask among themselves.
+    """
+    if mask.shape[-1] == kv_length:
+        return mask
+    new = mask[..., -q_length:]
+    visible = torch.ones if mask.dtype == torch.bool else torch.zeros
+    past = visible((*new.shape[:-1], kv_length - q_length), dtype=mask.dtype, device=mask.device)
+    return torch.cat([past, new], dim=-1)
+
+
 def _capturing_attention(implementation: str, previous: Callable[..., Any] | None) -> Callable[..., Any]:
     """An attention function that records prefill queries for modules under compression.
 
@@ -75,6 +91,8 @@ def _capturing_attention(implementation: str, previous: Callable[..., Any] | Non
             and can_use_decode_attention(module, query, kwargs)
         ):
             return decode_attention(module, query, key, value, *args, **kwargs)
+        if compressor is not None and args and torch.is_tensor(args[0]) and args[0].dim() == 4:
+            args = (_mask_for_layer(args[0], key.shape[2], query.shape[2]), *args[1:])
         original = previous or _original_attention(module, implementation)
         groups = getattr(module, "num_key_value_groups", 1)
         if key.shape[1] == query.shape[1] and groups > 1:  # cache holds per-query-head selections

@@ -90,6 +90,36 @@ def test_decode_equals_attention_over_kept_tokens(arch: str, policy: Policy, mak
     torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize(
+    "policy",
+    [PyramidKV(window=WINDOW), ReSTKV(window=WINDOW, schedule="pyramid"), SnapKV(window=WINDOW)],
+    ids=lambda p: f"{type(p).__name__}-{p.schedule}",
+)
+def test_several_tokens_after_eviction_see_kept_tokens_and_each_other_causally(
+    arch: str, attn: str, policy: Policy, make_model
+) -> None:
+    """A multi-token step after eviction (teacher forcing, a question appended) gets a correct mask in
+    every layer, also when layers keep different numbers of tokens (the model builds one mask from
+    layer 0's length)."""
+    model = make_model(arch, attn=attn)
+    ids, extra = prompt(), prompt(5, seed=3)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad(), compress(model, policy, BUDGET) as compressor:
+        model(ids, cache=cache)
+        positions = torch.arange(PROMPT, PROMPT + 5)[None]
+        step = model(extra, cache=cache, position_ids=positions).logits[0]
+    assert len(set(compressor.record.kept)) > 1 or policy.schedule == "uniform"
+    with torch.no_grad():
+        ALL_ATTENTION_FUNCTIONS[attn] = oracle_attention(compressor.record.indices, PROMPT)
+        try:
+            reference = model(torch.cat([ids, extra], dim=1)).logits[0, -5:]
+        finally:
+            del ALL_ATTENTION_FUNCTIONS[attn]
+    torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-4)
+
+
 def policy_budgets(policy: Policy, layers: int) -> list[int]:
     from restkv.select import Budget
 
