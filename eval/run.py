@@ -20,9 +20,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from eval import configs
 from eval.runner import RunSettings, run_benchmark
 
-CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
+CONFIGS = str(configs.CONFIGS)
 NAMING_KEYS = {"bench", "model", "policy", "budget", "out_dir", "limit", "device", "experiment"}
 
 

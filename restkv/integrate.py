@@ -32,7 +32,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.cache import CompressedLayer
 from restkv.decode import can_use_decode_attention, decode_attention
-from restkv.policy import LayerInputs, Policy
+from restkv.policy import LayerInputs, Policy, check_choice
 from restkv.scoring import output_gram
 from restkv.select import Budget, gather_positions
 
@@ -85,14 +85,14 @@ def _capturing_attention(implementation: str, previous: Callable[..., Any] | Non
         compressor = _ACTIVE.get(module)
         if compressor is not None and query.shape[2] > 1:
             compressor._capture(module, query)
+        if compressor is not None and args and torch.is_tensor(args[0]) and args[0].dim() == 4:
+            args = (_mask_for_layer(args[0], key.shape[2], query.shape[2]), *args[1:])
         if (
             compressor is not None
             and compressor.decode_kernel == "gemm"
             and can_use_decode_attention(module, query, kwargs)
         ):
             return decode_attention(module, query, key, value, *args, **kwargs)
-        if compressor is not None and args and torch.is_tensor(args[0]) and args[0].dim() == 4:
-            args = (_mask_for_layer(args[0], key.shape[2], query.shape[2]), *args[1:])
         original = previous or _original_attention(module, implementation)
         groups = getattr(module, "num_key_value_groups", 1)
         if key.shape[1] == query.shape[1] and groups > 1:  # cache holds per-query-head selections
@@ -183,10 +183,7 @@ class KVCompressor:
         if decode_reserve < 0:
             raise ValueError(f"decode_reserve={decode_reserve} must be >= 0")
         self.decode_reserve = decode_reserve
-        if decode_kernel not in DECODE_KERNELS:
-            raise ValueError(
-                f"decode_kernel={decode_kernel!r} is not allowed; choose one of: {', '.join(DECODE_KERNELS)}"
-            )
+        check_choice("compress", "decode_kernel", decode_kernel, DECODE_KERNELS)
         self.decode_kernel = decode_kernel
         self.layers = attention_layers(model)
         self.implementation = model.config._attn_implementation

@@ -28,8 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
-from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,6 +36,7 @@ if str(REPO) not in sys.path:
 
 from eval.benchmarks import ruler  # noqa: E402
 from eval.benchmarks.base import Sample  # noqa: E402
+from eval.configs import configured_policy  # noqa: E402
 from eval.generation import answer, teacher_forced_logprobs  # noqa: E402
 from eval.metrics import ruler_string_match_all  # noqa: E402
 from eval.prompting import tokenize  # noqa: E402
@@ -54,15 +53,6 @@ from scripts.train_micro_model import (  # noqa: E402
 )
 
 DEFAULT_MODEL = REPO / "models" / "micro-llama"
-
-
-def policy_named(name: str) -> Policy:
-    """The harness's configuration of policy ``name`` (``configs/policy/<name>.yaml``)."""
-    path = REPO / "configs" / "policy" / f"{name}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise SystemExit(f"unknown policy {name!r}; configured policies: {', '.join(known)}")
-    return instantiate(OmegaConf.load(path))
 
 
 def samples_for(task: str, tokenizer: PreTrainedTokenizerBase, length: int, count: int, seed: int) -> list[Sample]:
@@ -156,13 +146,13 @@ def main() -> None:
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         raise SystemExit(f"unknown task(s) {unknown}; known: {TASKS}")
+    policies = {name: configured_policy(name) for name in args.policies.split(",")}  # unknown names fail first
     records: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
     for length in lengths:
         for task in tasks:
             samples = samples_for(task, tokenizer, length, args.samples, args.seed)
-            for name in args.policies.split(","):
-                policy = policy_named(name)
+            for name, policy in policies.items():
                 start = time.time()
                 rows = []
                 for sample in samples:
@@ -185,7 +175,7 @@ def main() -> None:
     print(json.dumps(summary, indent=1))
 
 
-__all__ = ["EXTRA_TASKS", "load", "max_new_tokens", "policy_named", "run_sample", "samples_for", "summarize"]
+__all__ = ["EXTRA_TASKS", "load", "max_new_tokens", "run_sample", "samples_for", "summarize"]
 
 if __name__ == "__main__":
     main()

@@ -126,10 +126,6 @@ def _uuid(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
-def _count(tokenizer: PreTrainedTokenizerBase) -> Callable[[str], int]:
-    return lambda text: len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
-
-
 def passkey_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
     """The classic passkey prompt (Mohtashami & Jaggi 2023): a 5-digit key in repeated noise.
 
@@ -151,9 +147,7 @@ def passkey_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed
             depths=[at / max(n, 1)],
         )
 
-    budget = context_length - PASSKEY_MAX_NEW_TOKENS
-    fit = ruler._fit(build, _count(tokenizer), budget, 0, 4 * budget + 16)
-    return _as_sample("passkey", fit, context_length, seed, index, PASSKEY_MAX_NEW_TOKENS)
+    return _fitted_sample("passkey", build, tokenizer, context_length, seed, index, PASSKEY_MAX_NEW_TOKENS, min_items=0)
 
 
 def kv_retrieval_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
@@ -173,9 +167,7 @@ def kv_retrieval_sample(tokenizer: PreTrainedTokenizerBase, context_length: int,
             depths=[pick / len(pairs)],
         )
 
-    budget = context_length - KV_MAX_NEW_TOKENS
-    fit = ruler._fit(build, _count(tokenizer), budget, 1, 4 * budget + 16)
-    return _as_sample("kv_retrieval", fit, context_length, seed, index, KV_MAX_NEW_TOKENS)
+    return _fitted_sample("kv_retrieval", build, tokenizer, context_length, seed, index, KV_MAX_NEW_TOKENS, min_items=1)
 
 
 def recall_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
@@ -199,12 +191,23 @@ def recall_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed:
             depths=[pick / len(keys)],
         )
 
-    budget = context_length - RECALL_MAX_NEW_TOKENS
-    fit = ruler._fit(build, _count(tokenizer), budget, 1, 4 * budget + 16)
-    return _as_sample("recall", fit, context_length, seed, index, RECALL_MAX_NEW_TOKENS)
+    return _fitted_sample("recall", build, tokenizer, context_length, seed, index, RECALL_MAX_NEW_TOKENS, min_items=1)
 
 
-def _as_sample(task: str, fit: Any, context_length: int, seed: int, index: int, max_new_tokens: int) -> Sample:
+def _fitted_sample(
+    task: str,
+    build: Callable[[int], ruler._Draft],
+    tokenizer: PreTrainedTokenizerBase,
+    context_length: int,
+    seed: int,
+    index: int,
+    max_new_tokens: int,
+    min_items: int,
+    metric: str = "string_match_all",
+) -> Sample:
+    """The longest prompt ``build`` makes (RULER's fitting) that leaves ``max_new_tokens`` of ``context_length``."""
+    budget = context_length - max_new_tokens
+    fit = ruler._fit(build, ruler._TokenCounter(tokenizer), budget, min_items, 4 * budget + 16)
     draft = fit.draft
     return Sample(
         id=f"{task}/{context_length}/{seed}/{index}",
@@ -214,7 +217,7 @@ def _as_sample(task: str, fit: Any, context_length: int, seed: int, index: int, 
         answer_prefix=draft.answer_prefix,
         references=draft.references,
         max_new_tokens=max_new_tokens,
-        metric="string_match_all",
+        metric=metric,
         chat_template=False,
         meta={"context_length": context_length, "prompt_tokens": fit.tokens, "depths": draft.depths, "seed": seed},
     )
@@ -224,17 +227,8 @@ def _as_sample(task: str, fit: Any, context_length: int, seed: int, index: int, 
 # RULER tasks from RULER's own builders, with the essay haystack a random window of a novel
 # --------------------------------------------------------------------------------------------
 
-RULER_TASKS = (
-    "niah_single_1",
-    "niah_single_2",
-    "niah_single_3",
-    "niah_multikey_1",
-    "niah_multikey_2",
-    "niah_multikey_3",
-    "niah_multivalue",
-    "niah_multiquery",
-    "vt",
-)
+RULER_TASKS = tuple(t for t in ruler.TASKS if t.startswith("niah_") or t == "vt")
+"""RULER's needle tasks and variable tracking (the retrieval and tracking tasks; no aggregation, no QA)."""
 TASKS = (*RULER_TASKS, *EXTRA_TASKS)
 """Every task the model is trained and evaluated on (plus ``copy``, training only)."""
 
@@ -268,7 +262,6 @@ def ruler_sample(
     count = ruler._TokenCounter(tokenizer)
     base_seed = f"ruler/{task}/{seed}"
     sample_seed = f"{base_seed}/{index}"
-    n_max = 4 * budget + 16
     build: Callable[[int], ruler._Draft]
     if isinstance(cfg, ruler._Niah):
         n_min = 0 if cfg.type_haystack == "essay" else max(cfg.num_needle_k, cfg.num_needle_q) * cfg.num_needle_v
@@ -279,10 +272,9 @@ def ruler_sample(
         build = ruler._vt_builder(cfg, sample_seed, example)
     else:
         raise ValueError(f"task {task} is not trained")
-    fit = ruler._fit(build, count, budget, n_min, n_max)
-    sample = _as_sample(task, fit, context_length, seed, index, family.max_new_tokens)
-    sample.metric = family.metric
-    return sample
+    return _fitted_sample(
+        task, build, tokenizer, context_length, seed, index, family.max_new_tokens, n_min, family.metric
+    )
 
 
 def make_sample(

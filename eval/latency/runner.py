@@ -18,10 +18,11 @@ import transformers
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
+from eval.configs import configured_policy
 from eval.latency import memory
 from eval.latency.bounds import measure_bandwidth
 from eval.latency.modeling import parameter_bytes_read, random_model, synthetic_base
-from eval.latency.settings import Settings, build_policy, model_config
+from eval.latency.settings import Settings, model_config
 from eval.latency.timing import FULL, compressor_for, decode_case, prefill, prompt_ids
 
 Job = dict[str, Any]
@@ -63,7 +64,7 @@ def run_job(
 ) -> dict[str, Any]:
     """Run one configuration once; return its measurement (``profiled``: a decode's costliest operators)."""
     if job["kind"] == "prefill":
-        policy = build_policy(job["policy"], settings.policy_knobs)
+        policy = configured_policy(job["policy"], settings.policy_knobs)
         reserve = (
             settings.decode_warmup_tokens + settings.decode_tokens if settings.prefill_cache == "preallocated" else 0
         )
@@ -79,7 +80,7 @@ def run_job(
         warmup=settings.decode_warmup_tokens,
         steps=settings.decode_tokens,
         fill=settings.decode_fill,
-        policy=build_policy(name, settings.policy_knobs) if settings.decode_fill == "prefill" else None,
+        policy=configured_policy(name, settings.policy_knobs) if settings.decode_fill == "prefill" else None,
         ids=inputs.get("ids"),
         base=inputs.get("base"),
         profiled=profiled,

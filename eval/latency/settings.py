@@ -8,15 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig, PretrainedConfig
 
+from eval.configs import CONFIGS, config_file
 from restkv.integrate import DECODE_KERNELS
-from restkv.policy import Policy
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "configs"
+REPO = CONFIGS.parent
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CACHES = ("dynamic", "preallocated")
 FILLS = ("synthetic", "prefill")
@@ -83,7 +81,7 @@ class Settings:
             if not ok:
                 raise ValueError(f"latency.{message}")
         for name in {*self.policies, self.decode_policy}:
-            policy_path(name)  # fails early on an unknown policy name
+            config_file("policy", name, "policy")  # fails early on an unknown policy name
 
     @classmethod
     def from_config(cls, cfg: DictConfig, preset: str) -> Settings:
@@ -116,11 +114,7 @@ class Settings:
 
 
 def shape_path(shape: str) -> Path:
-    path = CONFIGS / "shapes" / f"{shape}.json"
-    if not path.exists():
-        known = sorted(p.stem for p in (CONFIGS / "shapes").glob("*.json"))
-        raise ValueError(f"unknown model shape {shape!r}; configs/shapes has: {', '.join(known)}")
-    return path
+    return config_file("shapes", shape, "model shape", suffix=".json")
 
 
 def model_config(settings: Settings) -> PretrainedConfig:
@@ -133,18 +127,3 @@ def model_config(settings: Settings) -> PretrainedConfig:
     config = AutoConfig.for_model(**values)
     config._attn_implementation = settings.attn_implementation
     return config
-
-
-def policy_path(name: str) -> Path:
-    path = CONFIGS / "policy" / f"{name}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in (CONFIGS / "policy").glob("*.yaml"))
-        raise ValueError(f"unknown policy {name!r}; configs/policy has: {', '.join(known)}")
-    return path
-
-
-def build_policy(name: str, knobs: dict[str, dict[str, Any]] | None = None) -> Policy:
-    """The policy ``configs/policy/<name>.yaml`` describes (as ``eval/run.py policy=<name>``), plus overrides."""
-    cfg = OmegaConf.load(policy_path(name))
-    cfg = OmegaConf.merge(cfg, (knobs or {}).get(name, {}))
-    return instantiate(cfg, _convert_="all")
