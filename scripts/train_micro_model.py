@@ -30,7 +30,15 @@ CPU cores:
   written to ``outputs/micro_model/checkpoint.pt`` every few minutes; ``--resume`` continues from
   it. Data depend only on (step, index), so a resumed run sees the same batches.
 
+* **Recipes** (``--recipe``): ``v1`` (the default) is the recipe of the shipped model, described
+  above. In ``v1`` the space before a number is a token of its own, so every value follows the
+  same token, and key matching never formed. ``v2`` attaches the space to the number and grows
+  key matching with a gap curriculum: ``key value``, then ``key: value``, then ``key is: value``.
+  Its trial learned key matching; the model card has both runs' numbers. Checkpoints go to one
+  folder per recipe.
+
     python scripts/train_micro_model.py                 # train from scratch (refuses to overwrite)
+    python scripts/train_micro_model.py --recipe v2     # the key-matching recipe
     python scripts/train_micro_model.py --resume        # continue after an interruption
     python scripts/train_micro_model.py --export-only   # write models/micro-llama from the checkpoint
 
@@ -45,6 +53,7 @@ import json
 import math
 import os
 import random
+import re
 import string
 import sys
 import time
@@ -55,7 +64,7 @@ import uuid
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,8 +179,15 @@ def kv_retrieval_sample(tokenizer: PreTrainedTokenizerBase, context_length: int,
     return _fitted_sample("kv_retrieval", build, tokenizer, context_length, seed, index, KV_MAX_NEW_TOKENS, min_items=1)
 
 
-def recall_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
-    """A training-only warm-up: lines ``key: value`` (RULER's word keys and 7-digit values), then ``key:``."""
+def recall_sample(
+    tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0, task: str = "recall"
+) -> Sample:
+    """A training-only drill: lines ``key<gap> value`` (RULER's word keys and 7-digit values), then ``key<gap>``.
+
+    The gap between key and value is the recipe's (:attr:`Recipe.recall_gaps`): with none, an
+    induction head finds the value from the key alone; each token of gap must be bridged.
+    """
+    gap = RECIPE.recall_gaps[task]
     sample_seed = f"recall/{seed}/{index}"
 
     def build(n: int) -> ruler._Draft:
@@ -184,14 +200,14 @@ def recall_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed:
         values = [ruler._random_value(rng, "numbers") for _ in keys]
         pick = rng.randrange(len(keys))
         return ruler._Draft(
-            context="\n".join(f"{k}: {v}" for k, v in zip(keys, values, strict=True)),
-            question=f"\n{keys[pick]}:",
+            context="\n".join(f"{k}{gap} {v}" for k, v in zip(keys, values, strict=True)),
+            question=f"\n{keys[pick]}{gap}",
             answer_prefix="",
             references=[values[pick]],
             depths=[pick / len(keys)],
         )
 
-    return _fitted_sample("recall", build, tokenizer, context_length, seed, index, RECALL_MAX_NEW_TOKENS, min_items=1)
+    return _fitted_sample(task, build, tokenizer, context_length, seed, index, RECALL_MAX_NEW_TOKENS, min_items=1)
 
 
 def _fitted_sample(
@@ -285,8 +301,8 @@ def make_sample(
         return passkey_sample(tokenizer, prompt_tokens + PASSKEY_MAX_NEW_TOKENS, seed)
     if task == "kv_retrieval":
         return kv_retrieval_sample(tokenizer, prompt_tokens + KV_MAX_NEW_TOKENS, seed)
-    if task == "recall":
-        return recall_sample(tokenizer, prompt_tokens + RECALL_MAX_NEW_TOKENS, seed)
+    if task in RECIPE.recall_gaps:
+        return recall_sample(tokenizer, prompt_tokens + RECALL_MAX_NEW_TOKENS, seed, task=task)
     family = ruler._FAMILIES[ruler.TASK_CONFIGS[task].family]
     return ruler_sample(task, tokenizer, prompt_tokens + family.max_new_tokens, seed, essay)
 
@@ -312,14 +328,23 @@ def target_text(sample: Sample) -> str:
 # Tokenizer
 # --------------------------------------------------------------------------------------------
 
-PRE_TOKENIZER_PATTERN = (
-    r"[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"  # a UUID is one pre-token
-    r"|'(?:[sdmt]|ll|ve|re)"  # contractions
-    r"| ?\p{L}+"  # words, with their leading space
-    r"|\p{N}{1,3}"  # numbers, in groups of up to three digits
-    r"| ?[^\s\p{L}\p{N}]+"  # punctuation
-    r"|\s+(?!\S)|\s+"
-)
+
+def pre_tokenizer_pattern(space_before_numbers: bool) -> str:
+    """The pre-tokenizer split: a UUID is one pre-token, numbers in groups of at most three digits.
+
+    ``space_before_numbers``: the space before a number joins its first group (``" 616"``, as in
+    GPT-2 and Llama); otherwise it is a token of its own, and every value then follows the same
+    bare-space token, so that no value can be found from the token before it (recipe v1).
+    """
+    space = " ?" if space_before_numbers else ""
+    return (
+        rf"{space}[0-9a-f]{{8}}(?:-[0-9a-f]{{4}}){{3}}-[0-9a-f]{{12}}"  # a UUID
+        r"|'(?:[sdmt]|ll|ve|re)"  # contractions
+        r"| ?\p{L}+"  # words, with their leading space
+        rf"|{space}\p{{N}}{{1,3}}"  # numbers, in groups of up to three digits
+        r"| ?[^\s\p{L}\p{N}]+"  # punctuation
+        r"|\s+(?!\S)|\s+"
+    )
 
 
 class _CharCounter:
@@ -360,7 +385,7 @@ def train_tokenizer() -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(PRE_TOKENIZER_PATTERN), behavior="isolated"),
+            pre_tokenizers.Split(Regex(pre_tokenizer_pattern(RECIPE.space_before_numbers)), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -407,6 +432,7 @@ class Example:
     task: str
     ids: list[int]
     answer_start: int  # ids[answer_start:] is the answer (EOS included) predicted from the previous position
+    earlier_answers: list[tuple[int, int]] = field(default_factory=list)  # more supervised [start, stop) spans
 
     @property
     def answer_len(self) -> int:
@@ -419,6 +445,55 @@ def encode(sample: Sample, tokenizer: PreTrainedTokenizerBase) -> Example:
     answer = tokenizer(target_text(sample), add_special_tokens=False)["input_ids"]
     ids = prompt.context + prompt.query + answer + [tokenizer.eos_token_id]
     return Example(sample.task, ids, prompt.length)
+
+
+NEEDLE_PATTERN = re.compile(r"One of the special magic (?:numbers|uuids) for ([\w-]+) is: ([\w-]+)\.")
+DENSE_HAYSTACKS = (
+    ("needle", "words", "numbers"),
+    ("needle", "uuids", "uuids"),
+    ("essay", "words", "numbers"),
+    ("noise", "words", "numbers"),
+)
+DENSE_QUESTIONS = 6
+
+
+def dense_keys_example(tokenizer: PreTrainedTokenizerBase, prompt_tokens: int, seed: int, essay: Any) -> Example | None:
+    """Key matching, densely supervised: a RULER needle prompt with several keys, then questions on all.
+
+    The prompt is a RULER multi-key needle prompt (needle, essay or noise haystack, 2-8 keys) in
+    RULER's exact singular template; its answer is followed by up to :data:`DENSE_QUESTIONS` more
+    questions, in the same template, on other keys of the context, each answer supervised. A
+    single question teaches little about matching the key (single-needle tasks are solved without
+    it); several per prompt multiply the signal. Training only.
+    """
+    rng = random.Random(f"dense_keys/{seed}")
+    haystack, key_type, value_type = rng.choice(DENSE_HAYSTACKS)
+    keys = {"needle": 1, "essay": rng.randint(2, 8), "noise": rng.randint(2, 4)}[haystack]
+    cfg = ruler._Niah(haystack, key_type, value_type, num_needle_k=keys)
+    family = ruler._FAMILIES["niah"]
+    build = ruler._niah_builder(cfg, f"dense_keys/{seed}", essay if haystack == "essay" else None)
+    try:
+        sample = _fitted_sample(
+            "dense_keys", build, tokenizer, prompt_tokens + family.max_new_tokens, seed, 0, family.max_new_tokens, keys
+        )
+    except (ValueError, ruler._TooShort):
+        return None
+    pairs = dict(NEEDLE_PATTERN.findall(sample.context))
+    asked = sample.question.split(" for ", 1)[1].split(" mentioned")[0]
+    others = [k for k in pairs if k != asked]
+    rng.shuffle(others)
+    prompt = tokenize(sample, tokenizer, chat=False, max_context=10**9)
+    ids = prompt.context + prompt.query
+    spans = []
+    for key in [asked, *others[:DENSE_QUESTIONS]]:
+        if key != asked:
+            text = (sample.question + sample.answer_prefix).replace(asked, key)
+            ids += tokenizer(text, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(f" {pairs[key]}.", add_special_tokens=False)["input_ids"]
+        spans.append((len(ids), len(ids) + len(answer)))
+        ids += answer
+    ids.append(tokenizer.eos_token_id)
+    return Example("dense_keys", ids, spans[-1][0], earlier_answers=spans[:-1])
 
 
 COPY_TASKS = ("copy_short", "copy")
@@ -467,6 +542,8 @@ class TaskData:
         if task in COPY_TASKS:
             return copy_example(task, length, seed, self.vocab_size)
         essay = essay_window(self.essay, random.Random(f"essay/{seed}"))
+        if task == "dense_keys":
+            return dense_keys_example(self.tokenizer, length, seed, essay)
         try:
             sample = make_sample(task, self.tokenizer, length, seed, essay)
         except (ValueError, ruler._TooShort):
@@ -518,31 +595,97 @@ class Stage:
     lr: float = 2e-3
     copy_task: str | None = None  # an induction stage: only this copy task
     tasks: dict[str, float] | None = None  # this stage's own mixture (default: the adaptive one)
+    cosine: bool = False  # decay to FINAL_LR_FRACTION of lr over the stage
+    final: bool = False  # ends a phase: gets the unused time of earlier stages, then a full sweep
 
 
-KEYS_MIXTURE = {
-    "recall": 3.0,
-    "niah_multikey_2": 2.0,
-    "niah_multikey_3": 1.0,
-    "kv_retrieval": 1.0,
-    "niah_single_1": 0.5,
-    "copy": 0.5,
-}
-
-STAGES: tuple[Stage, ...] = (
+STAGES_V1: tuple[Stage, ...] = (
     Stage("induction-32", 32, 64, 1500, 0.90, 50, 0.2, lr=3e-3, copy_task="copy_short"),
     Stage("induction-128", 128, 32, 400, 0.95, 50, 0.3, lr=3e-3, copy_task="copy"),
     Stage("tasks-256", 256, 16, 700, 0.90, 100, 0.55),
     # Key matching among several needles was still failing after 700 steps at 256 tokens (while
     # single needles were solved): short prompts with a few keys, as for induction, to grow it.
-    Stage("keys-128", 128, 32, 600, 0.90, 50, 0.45, tasks=KEYS_MIXTURE),
+    Stage(
+        "keys-128",
+        128,
+        32,
+        600,
+        0.90,
+        50,
+        0.45,
+        tasks={
+            "recall": 3.0,
+            "niah_multikey_2": 2.0,
+            "niah_multikey_3": 1.0,
+            "kv_retrieval": 1.0,
+            "niah_single_1": 0.5,
+            "copy": 0.5,
+        },
+    ),
     # ... and recall was still at 0 % after those 600 steps: fewer keys, shorter prompts.
     Stage("recall-48", 48, 64, 500, 0.90, 50, 0.3, tasks={"recall": 1.0}),
     Stage("tasks-512", 512, 8, 600, 0.90, 100, 0.6),
     Stage("tasks-1024", 1024, 6, 400, 0.90, 100, 1.1),
     Stage("tasks-2048", 2048, 3, 300, 0.90, 100, 1.7),
-    Stage("tasks-4096", 4096, 2, 400, 2.0, 100, 2.6),
+    Stage("tasks-4096", 4096, 2, 400, 2.0, 100, 2.6, cosine=True, final=True),
 )
+"""Recipe v1, the shipped model: key matching never formed (values follow a bare-space token)."""
+
+V2_LONG_MIXTURE = {**TASK_WEIGHTS, "recall": 0.0, "recall_gap2": 0.5, "dense_keys": 1.5}
+STAGES_V2: tuple[Stage, ...] = (
+    Stage("induction-32", 32, 64, 1500, 0.90, 50, 0.2, lr=3e-3, copy_task="copy_short"),
+    Stage("induction-128", 128, 32, 400, 0.95, 50, 0.3, lr=3e-3, copy_task="copy"),
+    # Key matching grows as induction does, one token of distance at a time: a value right after
+    # its key (induction alone solves it), then after "key:", then after "key is:" (RULER's needle).
+    Stage("recall-64", 64, 48, 400, 0.90, 50, 0.4, tasks={"recall": 1.0, "dense_keys": 0.5}),
+    Stage("tasks-256", 256, 16, 700, 0.90, 100, 1.3, tasks={**TASK_WEIGHTS, "dense_keys": 2.0}),
+    Stage("gap1-64", 64, 48, 300, 0.90, 50, 0.4, tasks={"recall_gap1": 1.0, "recall": 0.3}),
+    Stage("gap2-64", 64, 48, 300, 0.90, 50, 0.4, tasks={"recall_gap2": 1.0, "recall_gap1": 0.3}),
+    Stage(
+        "keys-256",
+        256,
+        16,
+        300,
+        2.0,
+        50,
+        1.5,
+        tasks={
+            "niah_multikey_1": 1.0,
+            "niah_multikey_2": 1.0,
+            "niah_multiquery": 1.0,
+            "dense_keys": 1.0,
+            "recall_gap2": 0.5,
+            "niah_single_1": 0.3,
+        },
+    ),
+    Stage("tasks-512", 512, 8, 400, 0.90, 100, 1.1, tasks=V2_LONG_MIXTURE),
+    Stage("tasks-1024", 1024, 6, 300, 0.90, 100, 1.85, tasks=V2_LONG_MIXTURE),
+    # The trial run ended here: tasks-2048 was its final stage (cosine), cut at step 2847 by
+    # --max-hours 1.1. A full run continues to 4096 tokens (about 2 hours in all, estimated).
+    Stage("tasks-2048", 2048, 3, 300, 0.90, 100, 2.4, tasks=V2_LONG_MIXTURE),
+    Stage("tasks-4096", 4096, 2, 400, 2.0, 100, 4.0, tasks=V2_LONG_MIXTURE, cosine=True, final=True),
+)
+"""Recipe v2 (a 1.1 h trial, not shipped): numbers carry their space, and a key-gap curriculum."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What differs between training recipes: the tokenizer's number split, the drills, the stages."""
+
+    space_before_numbers: bool
+    recall_gaps: dict[str, str]  # recall drill name -> text between a key and its value
+    stages: tuple[Stage, ...]
+    work_dir: Path
+
+
+RECIPES = {
+    "v1": Recipe(False, {"recall": ":"}, STAGES_V1, WORK_DIR),
+    "v2": Recipe(
+        True, {"recall": "", "recall_gap1": ":", "recall_gap2": " is:"}, STAGES_V2, WORK_DIR.with_name("micro_model_v2")
+    ),
+}
+RECIPE = RECIPES["v1"]
+STAGES = RECIPE.stages
 REPLAY = 0.25  # share of batches at a shorter, earlier length
 POSE = 0.5  # share of batches (below 4096, in stages of 512 tokens or more) with a position skip
 HELDOUT_PER_TASK = 6
@@ -566,12 +709,18 @@ class State:
     log: list[dict[str, Any]] = field(default_factory=list)
 
 
+def stage_steps(state: State) -> int:
+    """Steps of the current stage: a phase's final stage also gets the unused time of earlier ones."""
+    stage = STAGES[min(state.stage, len(STAGES) - 1)]
+    return state.final_steps if stage.final and state.final_steps else stage.max_steps
+
+
 def lr_at(state: State) -> float:
     stage = STAGES[min(state.stage, len(STAGES) - 1)]
     if state.step < WARMUP:
         return stage.lr * (state.step + 1) / WARMUP
-    if state.stage == len(STAGES) - 1 and state.final_steps:
-        progress = min(1.0, state.stage_step / state.final_steps)
+    if stage.cosine:
+        progress = min(1.0, state.stage_step / stage_steps(state))
         return stage.lr * (FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * progress)))
     return stage.lr
 
@@ -637,6 +786,8 @@ def make_batch(data: TaskData, state: State) -> tuple[torch.Tensor, torch.Tensor
         n = len(example.ids)
         ids[row, :n] = torch.tensor(example.ids)
         labels[row, example.answer_start - 1 : n - 1] = torch.tensor(example.ids[example.answer_start :])
+        for start, stop in example.earlier_answers:
+            labels[row, start - 1 : stop - 1] = torch.tensor(example.ids[start:stop])
         if use_pose:
             cut = rng.randrange(1, example.answer_start)
             positions[row, cut:] += rng.randrange(0, MAX_LENGTH - width + 1)
@@ -650,7 +801,7 @@ def sequence_loss(model: LlamaForCausalLM, ids: torch.Tensor, positions: torch.T
     logits = model.lm_head(hidden[mask])
     losses = F.cross_entropy(logits.float(), labels[mask], reduction="none")
     rows = mask.nonzero()[:, 0]
-    per_row = torch.zeros(ids.shape[0]).index_add_(0, rows, losses) / mask.sum(1).clamp(min=1)
+    per_row = torch.zeros(ids.shape[0], device=ids.device).index_add_(0, rows, losses) / mask.sum(1).clamp(min=1)
     return per_row.mean()
 
 
@@ -662,7 +813,7 @@ def score_examples(model: LlamaForCausalLM, examples: list[Example]) -> tuple[fl
     """
     exact, correct, total = 0, 0, 0
     for example in examples:
-        ids = torch.tensor([example.ids])
+        ids = torch.tensor([example.ids], device=model.device)
         hidden = model.model(input_ids=ids).last_hidden_state
         start, stop = example.answer_start, len(example.ids) - (0 if example.task in COPY_TASKS else 1)
         predicted = model.lm_head(hidden[0, start - 1 : stop - 1]).argmax(-1)
@@ -754,7 +905,7 @@ def export(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, state: S
     """The Hugging Face folder: config, bf16 safetensors, tokenizer, training log."""
     folder.mkdir(parents=True, exist_ok=True)
     exported = LlamaForCausalLM(model.config)
-    exported.load_state_dict(model.state_dict())
+    exported.load_state_dict({k: v.cpu() for k, v in model.state_dict().items()})
     exported.to(torch.bfloat16).save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     summary = {
@@ -785,10 +936,16 @@ def advance(state: State, model, data: TaskData) -> None:
     state.log.append({"kind": "advance", "step": state.step, "from": stage.name, "elapsed_s": round(state.elapsed)})
     state.stage += 1
     state.stage_step = 0
-    if state.stage == len(STAGES) - 1:
-        last = STAGES[-1]
+    begin_stage(state)
+
+
+def begin_stage(state: State) -> None:
+    """A phase's final stage takes over the estimated time left unused by the phase's earlier stages."""
+    if state.stage < len(STAGES) and STAGES[state.stage].final:
+        last = STAGES[state.stage]
         state.final_steps = last.max_steps + int(state.saved_seconds / last.seconds_per_step)
-        print(f"final stage: {state.final_steps} steps", flush=True)
+        state.saved_seconds = 0.0
+        print(f"final stage of the phase: {state.final_steps} steps", flush=True)
     print(f"=== stage {STAGES[state.stage].name} at step {state.step}", flush=True)
 
 
@@ -801,15 +958,15 @@ def train(args: argparse.Namespace) -> None:
         raise SystemExit(f"{checkpoint} exists: pass --resume to continue it (or delete it to start over)")
     tokenizer = load_or_train_tokenizer(work_dir / "tokenizer")
     data = TaskData(tokenizer)
-    model = build_model(tokenizer)
+    model = build_model(tokenizer).to(args.device)
     optimizer = make_optimizer(model)
     state = State()
     if checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
+        saved = torch.load(checkpoint, weights_only=False, map_location=args.device)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state = State(**saved["state"])
-        torch.set_rng_state(saved["torch_rng"])
+        torch.set_rng_state(saved["torch_rng"].cpu())
         random.setstate(saved["python_rng"])
         print(f"resumed at step {state.step}, stage {STAGES[min(state.stage, len(STAGES) - 1)].name}", flush=True)
     if args.export_only:
@@ -822,18 +979,31 @@ def train(args: argparse.Namespace) -> None:
     window_start, window_tokens, window_loss = time.time(), 0, 0.0
     while state.stage < len(STAGES):
         stage = STAGES[state.stage]
-        limit = state.final_steps if state.stage == len(STAGES) - 1 else stage.max_steps
-        if state.stage_step >= limit:
-            if state.stage == len(STAGES) - 1:
+        limit = stage_steps(state)
+        out_of_time = stage.final and (
+            state.elapsed > args.max_hours * 3600 or (args.stop_at_step is not None and state.step >= args.stop_at_step)
+        )
+        if state.stage_step >= limit or out_of_time:
+            if out_of_time:
+                print(f"time or step limit reached: stage {stage.name} ends at step {state.step}", flush=True)
+            if stage.final:
+                tick = time.time()
                 evaluate(model, data, state, task_lengths(), HELDOUT_PER_TASK, "final")
+                state.log.append({"kind": "advance", "step": state.step, "from": stage.name})
                 state.stage += 1
-                break
+                state.stage_step = 0
+                state.saved_seconds = 0.0
+                state.elapsed += time.time() - tick
+                save_checkpoint(checkpoint, model, optimizer, state)
+                if state.stage < len(STAGES):
+                    print(f"=== phase ends; stage {STAGES[state.stage].name} at step {state.step}", flush=True)
+                continue
             tick = time.time()
             advance(state, model, data)
             state.elapsed += time.time() - tick
             continue
         tick = time.time()
-        ids, positions, labels, _ = make_batch(data, state)
+        ids, positions, labels = (t.to(args.device) for t in make_batch(data, state)[:3])
         for group in optimizer.param_groups:
             group["lr"] = lr_at(state)
         loss = sequence_loss(model, ids, positions, labels)
@@ -874,16 +1044,34 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true", help="continue from outputs/micro_model/checkpoint.pt")
     parser.add_argument("--export-only", action="store_true", help="export the checkpoint to models/micro-llama")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--device", default="cpu", help="torch device (e.g. cuda); the recorded run used the CPU, in float32"
+    )
+    parser.add_argument(
+        "--max-hours", type=float, default=3.0, help="training hours after which the final stage ends early"
+    )
+    parser.add_argument(
+        "--stop-at-step",
+        type=int,
+        default=None,
+        help="end the final stage at this step (reproduces a run whose final stage was cut by --max-hours)",
+    )
     parser.add_argument("--save-every", type=float, default=300.0, help="seconds between checkpoints")
-    parser.add_argument("--work-dir", default=str(WORK_DIR), help="checkpoint and tokenizer folder")
+    parser.add_argument(
+        "--recipe", default="v1", choices=sorted(RECIPES), help="v1: the shipped model; v2: see the model card"
+    )
+    parser.add_argument("--work-dir", default=None, help="checkpoint and tokenizer folder (default: per recipe)")
     parser.add_argument("--export-dir", default=str(EXPORT_DIR), help="where the trained model is written")
     parser.add_argument("--smoke", action="store_true", help="a few steps per stage, to check the pipeline")
     args = parser.parse_args()
+    global RECIPE, STAGES
+    RECIPE = RECIPES[args.recipe]
+    STAGES = RECIPE.stages
+    args.work_dir = args.work_dir or str(RECIPE.work_dir)
     if args.smoke:
-        global STAGES
         STAGES = tuple(
-            Stage(s.name, min(s.length, 1024), 2, 3, s.threshold, 2, 1.0, s.lr, s.copy_task, s.tasks)
-            for s in STAGES[:6]
+            replace(s, length=min(s.length, 1024), batch=2, max_steps=3, eval_every=2, seconds_per_step=1.0)
+            for s in (*STAGES[:3], *STAGES[-3:])
         )
     train(args)
 

@@ -1,0 +1,80 @@
+"""The micro model's training recipes: tokenizer split, key-gap drills, densely supervised key questions.
+
+Nothing is trained here; these check the data each recipe feeds the model.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+from tokenizers import Regex, pre_tokenizers
+from transformers import AutoTokenizer
+
+import scripts.train_micro_model as train
+from eval.benchmarks.haystack import load_haystack
+
+FOLDER = Path(__file__).resolve().parents[1] / "models" / "micro-llama"
+
+
+def _pieces(space_before_numbers: bool, text: str) -> list[str]:
+    split = pre_tokenizers.Split(Regex(train.pre_tokenizer_pattern(space_before_numbers)), behavior="isolated")
+    return [piece for piece, _ in split.pre_tokenize_str(text)]
+
+
+def test_v1_splits_the_space_from_a_number_and_v2_keeps_it() -> None:
+    text = "for lean-gold is: 6166416."
+    assert _pieces(False, text)[-5:] == [" ", "616", "641", "6", "."]
+    assert _pieces(True, text)[-4:] == [" 616", "641", "6", "."]
+    uuid = " 3f1b2c4a-1234-4abc-8def-0123456789ab"
+    assert _pieces(True, uuid) == [uuid]
+    assert _pieces(False, uuid) == [" ", uuid[1:]]
+
+
+@pytest.fixture
+def recipe_v2(monkeypatch):
+    monkeypatch.setattr(train, "RECIPE", train.RECIPES["v2"])
+    monkeypatch.setattr(train, "STAGES", train.RECIPES["v2"].stages)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(FOLDER)
+
+
+@pytest.mark.parametrize(("task", "gap"), [("recall", ""), ("recall_gap1", ":"), ("recall_gap2", " is:")])
+def test_v2_recall_drills_put_the_gap_between_key_and_value(recipe_v2, tokenizer, task, gap) -> None:
+    sample = train.recall_sample(tokenizer, 96, seed=3, task=task)
+    key = sample.question.strip()
+    assert key.endswith(gap) if gap else ":" not in key
+    line = next(line for line in sample.context.splitlines() if line.startswith(key))
+    assert line == f"{key} {sample.references[0]}"
+
+
+def test_v1_recall_is_the_colon_drill(tokenizer) -> None:
+    assert train.RECIPES["v1"].recall_gaps == {"recall": ":"}
+    sample = train.recall_sample(tokenizer, 96, seed=3)
+    assert sample.question.endswith(":")
+
+
+def test_dense_key_questions_supervise_each_named_keys_value(tokenizer) -> None:
+    essay = train.ruler._essay(load_haystack(train.TRAIN_HAYSTACK))
+    checked = 0
+    for seed in range(12):
+        example = train.dense_keys_example(
+            tokenizer, 256, 1_000_000 + seed, train.essay_window(essay, random.Random(seed))
+        )
+        if example is None:
+            continue
+        text = tokenizer.decode(example.ids)
+        pairs = dict(train.NEEDLE_PATTERN.findall(text.split("\nWhat is")[0]))
+        spans = [*example.earlier_answers, (example.answer_start, len(example.ids) - 1)]
+        assert len(spans) >= 2 or len(pairs) == 1
+        for start, stop in spans:
+            prefix = tokenizer.decode(example.ids[:start])
+            key = re.search(r"magic \w+ for ([\w-]+) mentioned in the provided text is$", prefix).group(1)
+            assert tokenizer.decode(example.ids[start:stop]) == f" {pairs[key]}."
+            checked += 1
+    assert checked >= 20
