@@ -694,8 +694,8 @@ WARMUP, FINAL_LR_FRACTION = 30, 0.1
 
 
 def task_lengths() -> list[int]:
-    """The prompt lengths of the task stages (read at call time: --smoke replaces STAGES)."""
-    return [s.length for s in STAGES if s.copy_task is None]
+    """The distinct prompt lengths of the task stages, in order (read at call time: --smoke replaces STAGES)."""
+    return list(dict.fromkeys(s.length for s in STAGES if s.copy_task is None))
 
 
 @dataclass
