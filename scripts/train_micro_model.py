@@ -926,7 +926,7 @@ def export(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, state: S
 # --------------------------------------------------------------------------------------------
 
 
-def advance(state: State, model, data: TaskData) -> None:
+def advance(state: State, model, data: TaskData, final_steps: int | None = None) -> None:
     """Move to the next stage (logging a sweep over every length first)."""
     stage = STAGES[state.stage]
     if stage.copy_task is None:
@@ -936,14 +936,17 @@ def advance(state: State, model, data: TaskData) -> None:
     state.log.append({"kind": "advance", "step": state.step, "from": stage.name, "elapsed_s": round(state.elapsed)})
     state.stage += 1
     state.stage_step = 0
-    begin_stage(state)
+    begin_stage(state, final_steps)
 
 
-def begin_stage(state: State) -> None:
-    """A phase's final stage takes over the estimated time left unused by the phase's earlier stages."""
+def begin_stage(state: State, final_steps: int | None = None) -> None:
+    """A phase's final stage takes over the estimated time left unused by the phase's earlier stages.
+
+    ``final_steps`` (``--final-steps``) sets its length instead, e.g. to fit the time left.
+    """
     if state.stage < len(STAGES) and STAGES[state.stage].final:
         last = STAGES[state.stage]
-        state.final_steps = last.max_steps + int(state.saved_seconds / last.seconds_per_step)
+        state.final_steps = final_steps or last.max_steps + int(state.saved_seconds / last.seconds_per_step)
         state.saved_seconds = 0.0
         print(f"final stage of the phase: {state.final_steps} steps", flush=True)
     print(f"=== stage {STAGES[state.stage].name} at step {state.step}", flush=True)
@@ -969,6 +972,9 @@ def train(args: argparse.Namespace) -> None:
         torch.set_rng_state(saved["torch_rng"].cpu())
         random.setstate(saved["python_rng"])
         print(f"resumed at step {state.step}, stage {STAGES[min(state.stage, len(STAGES) - 1)].name}", flush=True)
+    if args.final_steps and state.final_steps:  # the final stage has begun: resize it (and its cosine)
+        state.final_steps = args.final_steps
+        print(f"final stage resized to {state.final_steps} steps", flush=True)
     if args.export_only:
         export(model, tokenizer, state, export_dir)
         return
@@ -999,7 +1005,7 @@ def train(args: argparse.Namespace) -> None:
                     print(f"=== phase ends; stage {STAGES[state.stage].name} at step {state.step}", flush=True)
                 continue
             tick = time.time()
-            advance(state, model, data)
+            advance(state, model, data, args.final_steps)
             state.elapsed += time.time() - tick
             continue
         tick = time.time()
@@ -1029,7 +1035,7 @@ def train(args: argparse.Namespace) -> None:
             tick = time.time()
             mean = evaluate(model, data, state, [stage.length], HELDOUT_PER_TASK, "heldout")
             if mean >= stage.threshold and state.stage < len(STAGES) - 1:
-                advance(state, model, data)
+                advance(state, model, data, args.final_steps)
             state.elapsed += time.time() - tick
         if time.time() - last_save > args.save_every:
             save_checkpoint(checkpoint, model, optimizer, state)
@@ -1055,6 +1061,13 @@ def main() -> None:
         type=int,
         default=None,
         help="end the final stage at this step (reproduces a run whose final stage was cut by --max-hours)",
+    )
+    parser.add_argument(
+        "--final-steps",
+        type=int,
+        default=None,
+        help="steps of the final stage, its cosine decay included (default: its cap plus the time earlier "
+        "stages left unused); on --resume it also resizes a final stage already under way",
     )
     parser.add_argument("--save-every", type=float, default=300.0, help="seconds between checkpoints")
     parser.add_argument(
