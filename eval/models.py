@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,32 @@ def resolve(path: str) -> str:
         if candidate.exists():
             return str(candidate)
     return path
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json")
+SAMPLED_BYTES = 1 << 20
+
+
+def weights_fingerprint(spec: ModelSpec) -> str | None:
+    """A short hash that changes when a local model folder's weights change (None for hub ids).
+
+    Run folders are named after the config, not the weights: a model retrained in place would
+    otherwise have its old predictions resumed as if they were its own. Sizes plus the first and
+    last MiB of each file keep this instant for multi-GB checkpoints.
+    """
+    folder = Path(resolve(spec.path))
+    if not folder.is_dir():
+        return None
+    digest = hashlib.sha256(f"random_init={spec.random_init} seed={spec.seed}".encode())
+    files = sorted({f for pattern in WEIGHT_FILES for f in folder.glob(pattern) if f.is_file()})
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.name}:{size}".encode())
+        with file.open("rb") as handle:
+            digest.update(handle.read(SAMPLED_BYTES))
+            handle.seek(max(size - SAMPLED_BYTES, 0))
+            digest.update(handle.read(SAMPLED_BYTES))
+    return digest.hexdigest()[:16]
 
 
 def pick_device(device: str) -> torch.device:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 
 from eval.benchmarks.base import Sample
 from eval.generation import PROTOCOLS, answer
-from eval.models import ModelSpec, eos_token_ids, load_model, load_tokenizer, pick_device
+from eval.models import ModelSpec, eos_token_ids, load_model, load_tokenizer, pick_device, weights_fingerprint
 from eval.prompting import tokenize
 from eval.results import PredictionLog, format_table, run_folder, summarize, write_metrics
 from restkv import Budget, compress
@@ -46,11 +46,12 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
     return ModelSpec(**values)  # type: ignore[arg-type]
 
 
-def prepare_folder(cfg: DictConfig, settings: RunSettings, budget: Budget) -> Path:
+def prepare_folder(cfg: DictConfig, settings: RunSettings, budget: Budget, weights: str | None) -> Path:
     folder = run_folder(
         settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides
     )
     folder.mkdir(parents=True, exist_ok=True)
+    check_weights(folder, weights)
     resolved = OmegaConf.to_yaml(cfg, resolve=True)
     saved = folder / "config.yaml"
     if saved.exists() and saved.read_text() != resolved:
@@ -59,6 +60,23 @@ def prepare_folder(cfg: DictConfig, settings: RunSettings, budget: Budget) -> Pa
         )
     saved.write_text(resolved)
     return folder
+
+
+WEIGHTS_FILE = "weights_fingerprint.txt"
+
+
+def check_weights(folder: Path, fingerprint: str | None) -> None:
+    """Refuse to resume a run folder whose predictions came from other weights of the same model."""
+    if fingerprint is None:
+        return
+    saved = folder / WEIGHTS_FILE
+    if saved.exists() and saved.read_text().strip() != fingerprint:
+        raise RuntimeError(
+            f"{folder} holds predictions of other weights of this model (fingerprint {saved.read_text().strip()}, "
+            f"now {fingerprint}): the model folder changed since. Move or delete that run folder, "
+            "or pass out_dir=... to keep both"
+        )
+    saved.write_text(fingerprint + "\n")
 
 
 def evaluate(
@@ -108,7 +126,7 @@ def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
     policy = instantiate(cfg.policy, _convert_="all")
     benchmark = instantiate(cfg.bench, _convert_="all")
     spec = model_spec(cfg.model)
-    folder = prepare_folder(cfg, settings, budget)
+    folder = prepare_folder(cfg, settings, budget, weights_fingerprint(spec))
 
     tokenizer = load_tokenizer(spec)
     samples = list(benchmark.load_samples(tokenizer))

@@ -68,6 +68,37 @@ def test_resume_skips_finished_samples_and_redoes_a_cut_line(tmp_path: Path, cap
     assert (folder / "predictions.corrupt.jsonl").read_text().strip() == lines[3][: len(lines[3]) // 2]
 
 
+def test_resume_refuses_predictions_of_other_weights(tmp_path: Path) -> None:
+    cfg = config(tmp_path, "budget=64", "policy.window=8", "limit=2")
+    run_benchmark(cfg, settings(tmp_path))
+    folder = tmp_path / "fake" / "tiny-random-llama" / "restkv" / "budget64"
+    before = (folder / PREDICTIONS).read_text()
+    cfg.model.seed = 1  # other random weights under the same model name: as if retrained in place
+    cfg.limit = None
+    with pytest.raises(RuntimeError, match="other weights of this model"):
+        run_benchmark(cfg, settings(tmp_path))
+    assert (folder / PREDICTIONS).read_text() == before  # nothing lost, nothing mixed in
+    cfg.model.seed = 0
+    run_benchmark(cfg, settings(tmp_path))  # the original weights resume as before
+    assert len(read_lines(folder)) == 6
+
+
+def test_weights_fingerprint_follows_the_weight_files(tmp_path: Path) -> None:
+    from eval.models import ModelSpec, weights_fingerprint
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(bytes(3 << 20))
+    spec = ModelSpec(name="m", path=str(folder))
+    first = weights_fingerprint(spec)
+    (folder / "README.md").write_text("a model card edit")
+    assert weights_fingerprint(spec) == first
+    (folder / "model.safetensors").write_bytes(bytes(3 << 20)[:-1] + b"\x01")  # last byte retrained
+    assert weights_fingerprint(spec) not in (None, first)
+    assert weights_fingerprint(ModelSpec(name="hub", path="meta-llama/Llama-3.1-8B-Instruct")) is None
+
+
 def test_budget_above_prompt_runs_uncompressed(tmp_path: Path) -> None:
     cfg = config(tmp_path, "budget=5000", "policy.window=8")
     run_benchmark(cfg, settings(tmp_path))
