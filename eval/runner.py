@@ -70,9 +70,10 @@ def check_weights(folder: Path, fingerprint: str | None) -> None:
     if fingerprint is None:
         return
     saved = folder / WEIGHTS_FILE
-    if saved.exists() and saved.read_text().strip() != fingerprint:
+    previous = saved.read_text().strip() if saved.exists() else fingerprint
+    if previous != fingerprint:
         raise RuntimeError(
-            f"{folder} holds predictions of other weights of this model (fingerprint {saved.read_text().strip()}, "
+            f"{folder} holds predictions of other weights of this model (fingerprint {previous}, "
             f"now {fingerprint}): the model folder changed since. Move or delete that run folder, "
             "or pass out_dir=... to keep both"
         )

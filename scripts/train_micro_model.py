@@ -235,7 +235,13 @@ def _fitted_sample(
         max_new_tokens=max_new_tokens,
         metric=metric,
         chat_template=False,
-        meta={"context_length": context_length, "prompt_tokens": fit.tokens, "depths": draft.depths, "seed": seed},
+        meta={
+            "context_length": context_length,
+            "prompt_tokens": fit.tokens,
+            "depths": draft.depths,
+            "seed": seed,
+            **draft.extra,
+        },
     )
 
 
@@ -479,7 +485,7 @@ def dense_keys_example(tokenizer: PreTrainedTokenizerBase, prompt_tokens: int, s
     except (ValueError, ruler._TooShort):
         return None
     pairs = dict(NEEDLE_PATTERN.findall(sample.context))
-    asked = sample.question.split(" for ", 1)[1].split(" mentioned")[0]
+    asked = sample.meta["keys"][0]
     others = [k for k in pairs if k != asked]
     rng.shuffle(others)
     prompt = tokenize(sample, tokenizer, chat=False, max_context=10**9)
