@@ -1,8 +1,9 @@
 """Accuracy of ``models/micro-llama`` per task and length, with the full cache or under eviction.
 
-Prompts are RULER's (``eval.benchmarks.ruler.generate``: RULER's templates, the bundled
-evaluation novel *Emma* as the essay haystack) plus the passkey and key-value retrieval prompts
-of ``scripts/train_micro_model.py``, all from evaluation seeds (small integers; training used
+Prompts are the micro suite's (``eval.benchmarks.micro``, ``bench=micro``: RULER's tasks in
+cued templates, plus passkey), RULER's (``eval.benchmarks.ruler.generate``: RULER's templates)
+and the key-value retrieval prompt of ``scripts/train_micro_model.py``, with the bundled
+evaluation novel *Emma* as the essay haystack, all from evaluation seeds (small integers; training used
 seeds >= 10**6 and the training novel). Each sample is answered greedily, as ``eval/run.py``
 answers it (query-aware protocol, no chat template), and scored with RULER's
 ``string_match_all``. Reported per (policy, length, task):
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks import ruler  # noqa: E402
+from eval.benchmarks import micro, ruler  # noqa: E402
 from eval.benchmarks.base import Sample  # noqa: E402
 from eval.configs import configured_policy  # noqa: E402
 from eval.generation import answer, teacher_forced_logprobs  # noqa: E402
@@ -45,20 +46,20 @@ from restkv.policy import Policy  # noqa: E402
 from scripts.train_micro_model import (  # noqa: E402
     EXTRA_TASKS,
     KV_MAX_NEW_TOKENS,
-    PASSKEY_MAX_NEW_TOKENS,
-    TASKS,
     kv_retrieval_sample,
-    passkey_sample,
     target_text,
 )
+from scripts.train_micro_model import TASKS as RULER_AND_EXTRA_TASKS  # noqa: E402
 
 DEFAULT_MODEL = REPO / "models" / "micro-llama"
+TASKS = (*micro.TASKS, *(t for t in RULER_AND_EXTRA_TASKS if t not in micro.TASK_CONFIGS))
+"""The micro suite (``bench=micro``), then RULER's needle tasks and ``vt``, then key-value retrieval."""
 
 
 def samples_for(task: str, tokenizer: PreTrainedTokenizerBase, length: int, count: int, seed: int) -> list[Sample]:
     """``count`` evaluation samples of ``task`` at ``length`` tokens (prompt + answer room)."""
-    if task == "passkey":
-        return [passkey_sample(tokenizer, length, seed, i) for i in range(count)]
+    if task in micro.TASK_CONFIGS:
+        return micro.generate(task, tokenizer, length, count, seed)
     if task == "kv_retrieval":
         return [kv_retrieval_sample(tokenizer, length, seed, i) for i in range(count)]
     samples = ruler.generate(task, tokenizer, length, count, seed)
@@ -74,8 +75,8 @@ def load(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[PreTrain
 
 
 def max_new_tokens(task: str) -> int:
-    if task == "passkey":
-        return PASSKEY_MAX_NEW_TOKENS
+    if task in micro.TASK_CONFIGS:
+        return micro.max_new_tokens(task)
     if task == "kv_retrieval":
         return KV_MAX_NEW_TOKENS
     return ruler.max_new_tokens(task)

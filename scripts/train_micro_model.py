@@ -77,9 +77,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from eval.benchmarks import ruler  # noqa: E402
+from eval.benchmarks import micro, ruler  # noqa: E402
 from eval.benchmarks.base import Sample  # noqa: E402
 from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack  # noqa: E402
+from eval.benchmarks.micro import passkey_sample  # noqa: E402
 from eval.prompting import tokenize  # noqa: E402
 
 WORK_DIR = REPO / "outputs" / "micro_model"
@@ -109,18 +110,10 @@ MODEL_CONFIG: dict[str, Any] = {
 }
 
 # --------------------------------------------------------------------------------------------
-# Extra tasks (not in RULER): passkey retrieval and key-value (JSON) retrieval
+# Extra tasks (not in RULER): passkey retrieval (eval.benchmarks.micro) and key-value (JSON) retrieval
 # --------------------------------------------------------------------------------------------
 
-PASSKEY_PREAMBLE = (
-    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
-    "I will quiz you about the important information there."
-)
-PASSKEY_NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
-PASSKEY_NEEDLE = "The pass key is {key}. Remember it. {key} is the pass key."
-PASSKEY_QUESTION = "\nWhat is the pass key?"
-PASSKEY_ANSWER_PREFIX = " The pass key is"
-PASSKEY_MAX_NEW_TOKENS = 16
+PASSKEY_MAX_NEW_TOKENS = micro.max_new_tokens("passkey")
 
 KV_PREAMBLE = "Extract the value corresponding to the specified key in the JSON object below.\n\nJSON data:\n"
 KV_QUESTION = '\n\nKey: "{key}"\nCorresponding value:'
@@ -133,30 +126,6 @@ RECALL_MAX_NEW_TOKENS = 16
 
 def _uuid(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
-
-
-def passkey_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
-    """The classic passkey prompt (Mohtashami & Jaggi 2023): a 5-digit key in repeated noise.
-
-    Like RULER, the prompt plus ``PASSKEY_MAX_NEW_TOKENS`` fits ``context_length`` tokens; the
-    needle sits at a uniformly drawn sentence boundary.
-    """
-    sample_seed = f"passkey/{seed}/{index}"
-    key = str(random.Random(sample_seed).randint(10000, 99999))
-    depth = random.Random(sample_seed + "/depth").random()
-
-    def build(n: int) -> ruler._Draft:
-        at = round(depth * n)
-        pieces = [PASSKEY_NOISE] * at + [PASSKEY_NEEDLE.format(key=key)] + [PASSKEY_NOISE] * (n - at)
-        return ruler._Draft(
-            context=PASSKEY_PREAMBLE + " " + " ".join(pieces),
-            question=PASSKEY_QUESTION,
-            answer_prefix=PASSKEY_ANSWER_PREFIX,
-            references=[key],
-            depths=[at / max(n, 1)],
-        )
-
-    return _fitted_sample("passkey", build, tokenizer, context_length, seed, index, PASSKEY_MAX_NEW_TOKENS, min_items=0)
 
 
 def kv_retrieval_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
@@ -309,6 +278,8 @@ def make_sample(
         return kv_retrieval_sample(tokenizer, prompt_tokens + KV_MAX_NEW_TOKENS, seed)
     if task in RECIPE.recall_gaps:
         return recall_sample(tokenizer, prompt_tokens + RECALL_MAX_NEW_TOKENS, seed, task=task)
+    if task in micro.TASK_CONFIGS:
+        return micro.sample(task, tokenizer, prompt_tokens + micro.max_new_tokens(task), seed, essay=essay)
     family = ruler._FAMILIES[ruler.TASK_CONFIGS[task].family]
     return ruler_sample(task, tokenizer, prompt_tokens + family.max_new_tokens, seed, essay)
 
@@ -320,6 +291,8 @@ def target_text(sample: Sample) -> str:
     the context; ``"v1, v2, v3, and v4."``. Variable tracking: the chain's names in order,
     space-separated, as RULER's in-context example answers.
     """
+    if sample.task in micro.TASK_CONFIGS and sample.task != "passkey":
+        return micro.trained_answer(sample)
     refs = list(sample.references)
     if sample.task == "vt":
         return " ".join(refs)
@@ -673,6 +646,31 @@ STAGES_V2: tuple[Stage, ...] = (
 )
 """Recipe v2 (a 1.1 h trial, not shipped): numbers carry their space, and a key-gap curriculum."""
 
+MICRO_MIXTURE = {
+    "micro_single_1": 0.5,
+    "micro_single_2": 0.5,
+    "micro_multikey_1": 1.0,
+    "micro_multikey_2": 1.0,
+    "micro_multivalue": 1.5,
+    "micro_multiquery": 1.5,
+    "micro_vt": 1.5,
+    "passkey": 0.3,
+    "niah_single_1": 0.3,
+    "niah_single_2": 0.3,
+    "niah_multikey_1": 0.3,
+    "dense_keys": 0.3,
+}
+STAGES_V3: tuple[Stage, ...] = (
+    *STAGES_V2,
+    # Phase 2: the micro suite's cued templates (eval.benchmarks.micro), each answer item a cue
+    # then the value after it in the context, from short prompts to 4096 tokens.
+    Stage("micro-256", 256, 16, 500, 2.0, 50, 1.3, lr=1e-3, tasks=MICRO_MIXTURE),
+    Stage("micro-1024", 1024, 6, 300, 2.0, 100, 1.85, lr=1e-3, tasks=MICRO_MIXTURE),
+    Stage("micro-2048", 2048, 3, 400, 2.0, 100, 2.4, lr=1e-3, tasks=MICRO_MIXTURE),
+    Stage("micro-4096", 4096, 2, 250, 2.0, 100, 4.0, lr=1e-3, tasks=MICRO_MIXTURE, cosine=True, final=True),
+)
+"""Recipe v3: recipe v2, then the micro suite's templates (a second phase, about one hour)."""
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -688,6 +686,9 @@ RECIPES = {
     "v1": Recipe(False, {"recall": ":"}, STAGES_V1, WORK_DIR),
     "v2": Recipe(
         True, {"recall": "", "recall_gap1": ":", "recall_gap2": " is:"}, STAGES_V2, WORK_DIR.with_name("micro_model_v2")
+    ),
+    "v3": Recipe(
+        True, {"recall": "", "recall_gap1": ":", "recall_gap2": " is:"}, STAGES_V3, WORK_DIR.with_name("micro_model_v3")
     ),
 }
 RECIPE = RECIPES["v1"]

@@ -78,3 +78,22 @@ def test_dense_key_questions_supervise_each_named_keys_value(tokenizer) -> None:
             assert tokenizer.decode(example.ids[start:stop]) == f" {pairs[key]}."
             checked += 1
     assert checked >= 20
+
+
+def test_v3_is_v2_then_the_micro_suite(tokenizer, monkeypatch) -> None:
+    v2, v3 = train.RECIPES["v2"], train.RECIPES["v3"]
+    assert v3.stages[: len(v2.stages)] == v2.stages  # a v2 checkpoint resumes into v3's second phase
+    assert (v3.space_before_numbers, v3.recall_gaps) == (v2.space_before_numbers, v2.recall_gaps)
+    added = v3.stages[len(v2.stages) :]
+    assert [s.length for s in added] == sorted(s.length for s in added) and added[-1].length == train.MAX_LENGTH
+    assert added[-1].final and added[-1].cosine
+    monkeypatch.setattr(train, "RECIPE", v3)
+    monkeypatch.setattr(train, "STAGES", v3.stages)
+    data = train.TaskData(tokenizer)
+    for task in train.micro.TASKS:
+        assert task in train.MICRO_MIXTURE
+        example = data.example(task, 512, 1_000_000 + 7)
+        sample = train.make_sample(task, tokenizer, 512, 1_000_000 + 7, data.essay)
+        answer = tokenizer.decode(example.ids[example.answer_start : -1])
+        assert answer == train.target_text(sample)
+        assert all(reference in answer for reference in sample.references)
