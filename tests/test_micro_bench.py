@@ -143,3 +143,14 @@ def test_bench_config_builds_the_whole_suite(tokenizer) -> None:
     assert [s.task for s in samples] == list(micro.TASKS)
     records = [{"task": s.task, "score": 1.0, "meta": s.meta} for s in samples]
     assert bench.report(records, None) == {"lengths": {"600": 100.0}}
+
+
+def test_fidelity_can_take_the_micro_suite_as_its_source() -> None:
+    overrides = ["bench=fidelity", "bench@bench.source=micro", "bench.source.tasks=[micro_vt]"]
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        cfg = compose(config_name="config", overrides=overrides)
+        default = compose(config_name="config", overrides=["bench=fidelity"])
+    bench = instantiate(cfg.bench)
+    assert isinstance(bench.source, micro.MicroBenchmark) and bench.source.tasks == ["micro_vt"]
+    assert bench.source.lengths == [1024] and bench.source.seed == 1  # fidelity's own source settings
+    assert instantiate(default.bench).source.name == "ruler"
