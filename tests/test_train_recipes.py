@@ -85,7 +85,7 @@ def test_v3_is_v2_then_the_micro_suite(tokenizer, monkeypatch) -> None:
     assert v3.stages[: len(v2.stages)] == v2.stages  # a v2 checkpoint resumes into v3's second phase
     assert (v3.space_before_numbers, v3.recall_gaps) == (v2.space_before_numbers, v2.recall_gaps)
     added = v3.stages[len(v2.stages) :]
-    assert [s.length for s in added] == sorted(s.length for s in added) and added[-1].length == train.MAX_LENGTH
+    assert max(s.length for s in added) == train.MAX_LENGTH
     assert added[-1].final and added[-1].cosine
     monkeypatch.setattr(train, "RECIPE", v3)
     monkeypatch.setattr(train, "STAGES", v3.stages)
@@ -97,3 +97,19 @@ def test_v3_is_v2_then_the_micro_suite(tokenizer, monkeypatch) -> None:
         answer = tokenizer.decode(example.ids[example.answer_start : -1])
         assert answer == train.target_text(sample)
         assert all(reference in answer for reference in sample.references)
+
+
+def test_a_later_phases_final_stage_gets_its_own_length(monkeypatch) -> None:
+    """The final-stage length fixed for one phase must not carry over to the next phase's final stage."""
+    stages = train.RECIPES["v3"].stages
+    monkeypatch.setattr(train, "STAGES", stages)
+    first_final = next(i for i, s in enumerate(stages) if s.final)
+    state = train.State(stage=first_final, stage_step=10)
+    train.begin_stage(state, final_steps=123)
+    assert train.stage_steps(state) == 123
+    last = len(stages) - 1
+    state.stage, state.stage_step = last, 0  # what the end of a phase leaves
+    assert train.stage_steps(state) == stages[last].max_steps
+    state.saved_seconds = 0.0
+    train.begin_stage(state)
+    assert (state.final_stage, train.stage_steps(state)) == (last, stages[last].max_steps)
