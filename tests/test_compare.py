@@ -6,12 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from eval.collect import format_grid, load_runs, pivot, select
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_compare_policies_prints_tables_and_plots(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("bench", "task"), [("ruler", "niah_single_1"), ("micro", "micro_multivalue")])
+def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, task: str) -> None:
     command = [
         sys.executable,
         str(REPO / "scripts" / "compare_policies.py"),
@@ -23,8 +26,10 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path) -> None:
         "--budgets",
         "64",
         "128",
+        "--bench",
+        bench,
         "--tasks",
-        "niah_single_1",
+        task,
         "--lengths",
         "600",
         "--samples",
@@ -35,13 +40,17 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path) -> None:
         str(tmp_path),
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
-    assert "accuracy (%)" in out and "greedy agreement" in out and "KL(full || evicted)" in out
+    assert (
+        f"accuracy (%) - tiny-random-llama, {bench} 600 tokens" in out
+        and "greedy agreement" in out
+        and "KL(full || evicted)" in out
+    )
     assert (tmp_path / "compare" / "tiny-random-llama-accuracy.png").exists()
 
     runs = load_runs(tmp_path)
-    ruler = select(runs, bench="ruler")
-    assert {(r.policy, r.budget) for r in ruler} == {("full", "64"), ("streamingllm", "64"), ("streamingllm", "128")}
-    assert all(r.variant for r in ruler), "bench overrides are hashed into the folder name"
+    accuracy = select(runs, bench=bench)
+    assert {(r.policy, r.budget) for r in accuracy} == {("full", "64"), ("streamingllm", "64"), ("streamingllm", "128")}
+    assert all(r.variant for r in accuracy), "bench overrides are hashed into the folder name"
     policies, budgets, grid = pivot(select(runs, bench="fidelity"))
     assert policies == ["streamingllm"] and budgets == ["64", "128"]
     table = format_grid(policies, budgets, grid)

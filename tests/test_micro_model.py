@@ -13,6 +13,7 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from baselines import FullCache, StreamingLLM
+from eval.benchmarks import micro as micro_suite
 from eval.benchmarks import ruler
 from eval.generation import answer
 from eval.metrics import ruler_string_match_all
@@ -66,8 +67,11 @@ def test_micro_llama_is_the_default_model() -> None:
     assert cfg.model.name == "micro-llama" and cfg.model.path == "models/micro-llama"
 
 
-def _accuracy(model, tokenizer, policy: Policy, budget: int, mid_only: bool = False) -> float:
-    samples = ruler.generate("niah_single_1", tokenizer, LENGTH, 4 * SAMPLES if mid_only else SAMPLES, seed=3)
+def _accuracy(
+    model, tokenizer, policy: Policy, budget: int, mid_only: bool = False, task: str = "niah_single_1"
+) -> float:
+    generate = micro_suite.generate if task in micro_suite.TASK_CONFIGS else ruler.generate
+    samples = generate(task, tokenizer, LENGTH, 4 * SAMPLES if mid_only else SAMPLES, seed=3)
     if mid_only:
         samples = [s for s in samples if all(0.2 <= d <= 0.8 for d in s.meta["depths"])][:SAMPLES]
         assert len(samples) >= SAMPLES // 2
@@ -89,3 +93,9 @@ def test_streamingllm_loses_mid_context_needles_that_restkv_keeps(micro) -> None
     """Retrieval, not recency: a needle in the middle is gone once only sinks and recent tokens are kept."""
     assert _accuracy(*micro, StreamingLLM(window=32, variant="sinks", sinks=4), 128, mid_only=True) <= 1 / 6
     assert _accuracy(*micro, ReSTKV(window=32), 128, mid_only=True) >= 4 / 6
+
+
+def test_full_cache_matches_the_asked_key_among_distractors(micro) -> None:
+    """Key matching, not "copy a value": four keys in the essay, one asked (chance: 1 in 4)."""
+    assert _accuracy(*micro, FullCache(), LENGTH, task="micro_multikey_1") >= 5 / 6
+    assert _accuracy(*micro, FullCache(), LENGTH, task="niah_multikey_1") >= 4 / 6
