@@ -223,21 +223,7 @@ def _builder(task: str, seed: str, essay: ruler._Essay | None) -> Callable[[int]
         rng.shuffle(needles)
         if cfg.haystack == "essay":
             assert essay is not None
-            chosen = sorted(rng.sample(ruler.DEPTHS, len(needles)))
-            words, starts = ruler._essay_words_and_starts(essay, n)
-            sentence_index = [int(len(starts) * d / 100) for d in chosen]
-            cuts = [starts[k] if k < len(starts) else n for k in sentence_index]
-            pieces: list[str] = []
-            prev = 0
-            for cut, needle in zip(cuts, needles, strict=True):
-                if cut > prev:
-                    pieces.append(" ".join(words[prev:cut]))
-                pieces.append(needle)
-                prev = max(prev, cut)
-            if prev < n:
-                pieces.append(" ".join(words[prev:n]))
-            context = " ".join(pieces)
-            depths = [d / 100 for d in chosen]
+            context, depths = ruler._essay_with_needles(essay, n, needles, rng)
         else:
             if cfg.haystack == "needle":
                 taken = set(plan.keys)
@@ -249,11 +235,7 @@ def _builder(task: str, seed: str, essay: ruler._Essay | None) -> Callable[[int]
                     lines.append(f"{key} {ruler._random_value(rng, 'numbers')}.")
             else:
                 lines = [NOISE_SENTENCE] * n
-            positions = sorted(rng.sample(range(n), len(needles)), reverse=True)
-            for position, needle in zip(positions, needles, strict=True):
-                lines.insert(position, needle)
-            context = "\n".join(lines)
-            depths = sorted(p / n for p in positions)
+            context, depths = ruler._lines_with_needles(lines, needles, rng)
         return ruler._Draft(
             context=context,
             question=plan.question,
@@ -358,10 +340,7 @@ class MicroBenchmark:
     def __post_init__(self) -> None:
         for task in self.tasks:
             _config(task)  # raises with the list of valid tasks
-        if not self.lengths or any(int(n) < 1 for n in self.lengths):
-            raise ValueError(f"bench.lengths={self.lengths} must be a non-empty list of positive token counts")
-        if self.samples < 1:
-            raise ValueError(f"bench.samples={self.samples} must be >= 1")
+        ruler.check_grid(self.lengths, self.samples)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
         return [
@@ -376,13 +355,4 @@ class MicroBenchmark:
 
     def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
         """Average over tasks at each length, as RULER reports it."""
-        by_length: dict[int, dict[str, list[float]]] = {}
-        for record in records:
-            length = int(record["meta"]["context_length"])
-            by_length.setdefault(length, {}).setdefault(record["task"], []).append(record["score"])
-        return {
-            "lengths": {
-                str(length): 100 * sum(sum(s) / len(s) for s in tasks.values()) / len(tasks)
-                for length, tasks in sorted(by_length.items())
-            }
-        }
+        return {"lengths": ruler.average_per_length(records)}

@@ -484,6 +484,34 @@ def _random_value(rng: random.Random, kind: str) -> str:
     raise ValueError(f"unknown needle type {kind!r}")
 
 
+def _essay_with_needles(essay: _Essay, n: int, needles: list[str], rng: random.Random) -> tuple[str, list[float]]:
+    """The first ``n`` essay words with ``needles`` at sentence starts of random depths (RULER's placement)."""
+    chosen = sorted(rng.sample(DEPTHS, len(needles)))
+    words, starts = _essay_words_and_starts(essay, n)
+    sentence_index = [int(len(starts) * d / 100) for d in chosen]
+    cuts = [starts[k] if k < len(starts) else n for k in sentence_index]
+    pieces: list[str] = []
+    prev = 0
+    for cut, needle in zip(cuts, needles, strict=True):
+        if cut > prev:
+            pieces.append(" ".join(words[prev:cut]))
+        pieces.append(needle)
+        prev = cut
+    if prev < n:
+        pieces.append(" ".join(words[prev:n]))
+    return " ".join(pieces), [d / 100 for d in chosen]
+
+
+def _lines_with_needles(lines: list[str], needles: list[str], rng: random.Random) -> tuple[str, list[float]]:
+    """``lines`` with ``needles`` inserted at random distinct positions, joined by newlines (RULER's placement)."""
+    n = len(lines)
+    lines = list(lines)
+    positions = sorted(rng.sample(range(n), len(needles)), reverse=True)
+    for position, needle in zip(positions, needles, strict=True):
+        lines.insert(position, needle)
+    return "\n".join(lines), sorted(p / n for p in positions)
+
+
 def _niah_builder(cfg: _Niah, seed: str, essay: _Essay | None) -> Callable[[int], _Draft]:
     family = _FAMILIES["niah"]
     num_k = max(cfg.num_needle_k, cfg.num_needle_q)
@@ -519,21 +547,7 @@ def _niah_builder(cfg: _Niah, seed: str, essay: _Essay | None) -> Callable[[int]
         depths: list[float]
         if cfg.type_haystack == "essay":
             assert essay is not None
-            chosen = sorted(rng.sample(DEPTHS, len(needles)))
-            words, starts = _essay_words_and_starts(essay, n)
-            sentence_index = [int(len(starts) * d / 100) for d in chosen]
-            cuts = [starts[k] if k < len(starts) else n for k in sentence_index]
-            pieces: list[str] = []
-            prev = 0
-            for cut, needle in zip(cuts, needles, strict=True):
-                if cut > prev:
-                    pieces.append(" ".join(words[prev:cut]))
-                pieces.append(needle)
-                prev = cut
-            if prev < n:
-                pieces.append(" ".join(words[prev:n]))
-            haystack = " ".join(pieces)
-            depths = [d / 100 for d in chosen]
+            haystack, depths = _essay_with_needles(essay, n, needles, rng)
         else:
             if cfg.type_haystack == "noise":
                 lines = [NOISE_SENTENCE] * n
@@ -547,11 +561,7 @@ def _niah_builder(cfg: _Niah, seed: str, essay: _Essay | None) -> Callable[[int]
                     lines.append(NEEDLE_TEMPLATE.format(type_needle_v=cfg.type_needle_v, key=key, value=value))
             else:
                 raise ValueError(f"unknown haystack type {cfg.type_haystack!r}")
-            positions = sorted(rng.sample(range(n), len(needles)), reverse=True)
-            for position, needle in zip(positions, needles, strict=True):
-                lines.insert(position, needle)
-            haystack = "\n".join(lines)
-            depths = sorted(p / n for p in positions)
+            haystack, depths = _lines_with_needles(lines, needles, rng)
         fields = {"type_needle_v": type_v, "query": query}
         return _Draft(
             context=head.format(**fields) + haystack,
@@ -1047,10 +1057,7 @@ class RulerBenchmark:
     def __post_init__(self) -> None:
         for task in self.tasks:
             _config(task)  # raises with the list of valid tasks
-        if not self.lengths or any(int(n) < 1 for n in self.lengths):
-            raise ValueError(f"bench.lengths={self.lengths} must be a non-empty list of positive token counts")
-        if self.samples < 1:
-            raise ValueError(f"bench.samples={self.samples} must be >= 1")
+        check_grid(self.lengths, self.samples)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
         data = RulerData(haystack=self.haystack, squad=self.squad, hotpotqa=self.hotpotqa, hub=self.hub)
@@ -1069,13 +1076,24 @@ class RulerBenchmark:
 
     def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
         """Average over tasks at each length (RULER's headline numbers)."""
-        by_length: dict[int, dict[str, list[float]]] = {}
-        for record in records:
-            length = int(record["meta"]["context_length"])
-            by_length.setdefault(length, {}).setdefault(record["task"], []).append(record["score"])
-        return {
-            "lengths": {
-                str(length): 100 * sum(sum(s) / len(s) for s in tasks.values()) / len(tasks)
-                for length, tasks in sorted(by_length.items())
-            }
-        }
+        return {"lengths": average_per_length(records)}
+
+
+def check_grid(lengths: list[int], samples: int) -> None:
+    """Raise a clear error for an empty or non-positive length list or a sample count below 1."""
+    if not lengths or any(int(n) < 1 for n in lengths):
+        raise ValueError(f"bench.lengths={lengths} must be a non-empty list of positive token counts")
+    if samples < 1:
+        raise ValueError(f"bench.samples={samples} must be >= 1")
+
+
+def average_per_length(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Context length -> mean over tasks of the task's mean score, in percent (how RULER reports)."""
+    by_length: dict[int, dict[str, list[float]]] = {}
+    for record in records:
+        length = int(record["meta"]["context_length"])
+        by_length.setdefault(length, {}).setdefault(record["task"], []).append(record["score"])
+    return {
+        str(length): 100 * sum(sum(s) / len(s) for s in tasks.values()) / len(tasks)
+        for length, tasks in sorted(by_length.items())
+    }
