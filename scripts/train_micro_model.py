@@ -684,7 +684,7 @@ STAGES_V3: tuple[Stage, ...] = (
     # (multi-key over a haystack of needles, multi-value, multi-query, vt); more of them at 2048.
     Stage("micro-2048-focus", 2048, 3, 450, 2.0, 100, 2.6, lr=6e-4, tasks=MICRO_FOCUS, cosine=True, final=True),
 )
-"""Recipe v3: recipe v2, then the micro suite's templates (two more phases, about 80 minutes)."""
+"""Recipe v3, the shipped model: recipe v2, then two phases on the micro suite's templates (about an hour)."""
 
 
 @dataclass(frozen=True)
