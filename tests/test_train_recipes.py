@@ -113,3 +113,78 @@ def test_a_later_phases_final_stage_gets_its_own_length(monkeypatch) -> None:
     state.saved_seconds = 0.0
     train.begin_stage(state)
     assert (state.final_stage, train.stage_steps(state)) == (last, stages[last].max_steps)
+
+
+def test_v4_is_v3_then_a_phase_that_starts_from_the_export() -> None:
+    v3, v4 = train.RECIPES["v3"], train.RECIPES["v4"]
+    assert v4.stages[: len(v3.stages)] == v3.stages
+    added = v4.stages[len(v3.stages) :]
+    assert added[0].from_export and not any(s.from_export for s in v4.stages if s not in added[:1])
+    assert added[-1].final and added[-1].cosine and "micro_vt" in added[0].tasks
+
+
+def _export_log(folder: Path, stages, last_from: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "stages": [train.asdict(s) for s in stages],
+        "steps": 5300,
+        "training_seconds": 9560,
+        "log": [{"kind": "heldout", "step": 5300}, {"kind": "advance", "step": 5300, "from": last_from}],
+    }
+    (folder / "training_log.json").write_text(train.json.dumps(summary))
+    return folder
+
+
+def test_a_run_starts_where_its_export_ended(tmp_path, monkeypatch) -> None:
+    v3, v4 = train.RECIPES["v3"].stages, train.RECIPES["v4"].stages
+    monkeypatch.setattr(train, "STAGES", v4)
+    folder = _export_log(tmp_path / "v3", v3, v3[-1].name)
+    state = train.state_from_export(folder)
+    assert (state.step, state.stage, state.stage_step, state.elapsed) == (5300, len(v3), 0, 9560.0)
+    assert state.log[-1]["from"] == v3[-1].name
+    assert not train.needs_restart(state)  # the export's weights are already the rounded ones
+
+
+def test_an_export_that_does_not_lead_into_the_recipe_is_refused(tmp_path, monkeypatch) -> None:
+    v2, v3, v4 = (train.RECIPES[r].stages for r in ("v2", "v3", "v4"))
+    monkeypatch.setattr(train, "STAGES", v4)
+    with pytest.raises(SystemExit, match="no stage after 'tasks-4096' that starts from an export"):
+        train.state_from_export(_export_log(tmp_path / "v2", v2, v2[-1].name))
+    with pytest.raises(SystemExit, match="exported before its last stage, 'micro-2048-focus', ended"):
+        train.state_from_export(_export_log(tmp_path / "cut", v3, v3[-2].name))
+    changed = (*v3[:-1], train.replace(v3[-1], lr=1e-2))
+    with pytest.raises(SystemExit, match="do not begin this recipe"):
+        train.state_from_export(_export_log(tmp_path / "other", changed, v3[-1].name))
+
+
+def test_a_phase_from_the_export_sees_the_weights_an_export_and_reload_gives(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(train, "STAGES", train.RECIPES["v4"].stages)
+    config = train.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch = train.torch
+    torch.manual_seed(0)
+    model = train.LlamaForCausalLM(config)
+    model.to(torch.bfloat16).save_pretrained(tmp_path)
+    reloaded = train.LlamaForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).state_dict()
+    model.float()
+    torch.manual_seed(0)
+    model.load_state_dict(train.LlamaForCausalLM(config).state_dict())  # back to the float32 weights
+    state = train.State(stage=len(train.RECIPES["v3"].stages))
+    assert train.needs_restart(state)
+    optimizer = train.restart_as_exported(model, state)
+    assert all(torch.equal(value, reloaded[name]) for name, value in model.state_dict().items())
+    assert not optimizer.state and not train.needs_restart(state)
+
+
+def test_stage_warmup_ramps_the_learning_rate(monkeypatch) -> None:
+    stages = train.RECIPES["v4"].stages
+    monkeypatch.setattr(train, "STAGES", stages)
+    index = len(stages) - 2
+    stage = stages[index]
+    assert stage.warmup > 1
+    state = train.State(step=6000, stage=index, stage_step=0)
+    assert train.lr_at(state) == pytest.approx(stage.lr / stage.warmup)
+    state.stage_step = stage.warmup
+    assert train.lr_at(state) == pytest.approx(stage.lr)
