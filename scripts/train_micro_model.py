@@ -578,8 +578,6 @@ class Stage:
     tasks: dict[str, float] | None = None  # this stage's own mixture (default: the adaptive one)
     cosine: bool = False  # decay to FINAL_LR_FRACTION of lr over the stage
     final: bool = False  # ends a phase: gets the unused time of earlier stages, then a full sweep
-    warmup: int = 0  # steps of linear lr warm-up at the start of the stage
-    from_export: bool = False  # starts a phase from the exported (bfloat16) weights and a fresh optimizer
 
 
 STAGES_V1: tuple[Stage, ...] = (
@@ -686,32 +684,7 @@ STAGES_V3: tuple[Stage, ...] = (
     # (multi-key over a haystack of needles, multi-value, multi-query, vt); more of them at 2048.
     Stage("micro-2048-focus", 2048, 3, 450, 2.0, 100, 2.6, lr=6e-4, tasks=MICRO_FOCUS, cosine=True, final=True),
 )
-"""Recipe v3: recipe v2, then two phases on the micro suite's templates (about an hour)."""
-
-VT_CUE_SHORT = {
-    **{task: 0.5 for task in MICRO_MIXTURE},
-    "micro_vt": 2.5,
-    "micro_multivalue": 1.0,
-    "micro_multiquery": 1.0,
-}
-VT_CUE_FOCUS = {
-    **{task: 0.25 for task in MICRO_MIXTURE},
-    "micro_vt": 2.5,
-    "micro_multikey_1": 0.5,
-    "micro_multikey_2": 1.0,
-    "micro_multivalue": 1.0,
-    "micro_multiquery": 1.0,
-}
-STAGES_V4: tuple[Stage, ...] = (
-    *STAGES_V3,
-    # Phase 4: micro_vt's cues changed from "VAR a b." / "A B C" (where the pair "A B" written in
-    # the answer matched the line ending in B, followed by a period) to "VAR a: b." / "A: B: C"
-    # (each "name:" once in the context). The phase starts from the exported v3 model, as the
-    # recorded run did: its checkpoint was not kept. About 0.34 h, the rest of the 3-hour budget.
-    Stage("vt-cue-256", 256, 16, 120, 2.0, 60, 1.3, lr=3e-4, tasks=VT_CUE_SHORT, warmup=30, from_export=True),
-    Stage("vt-cue-2048", 2048, 3, 300, 2.0, 100, 2.6, lr=3e-4, tasks=VT_CUE_FOCUS, warmup=10, cosine=True, final=True),
-)
-"""Recipe v4: recipe v3, then a phase on micro_vt's new cues and the other multi-item tasks."""
+"""Recipe v3, the shipped model: recipe v2, then two phases on the micro suite's templates (about an hour)."""
 
 
 @dataclass(frozen=True)
@@ -731,9 +704,6 @@ RECIPES = {
     ),
     "v3": Recipe(
         True, {"recall": "", "recall_gap1": ":", "recall_gap2": " is:"}, STAGES_V3, WORK_DIR.with_name("micro_model_v3")
-    ),
-    "v4": Recipe(
-        True, {"recall": "", "recall_gap1": ":", "recall_gap2": " is:"}, STAGES_V4, WORK_DIR.with_name("micro_model_v4")
     ),
 }
 RECIPE = RECIPES["v1"]
@@ -759,7 +729,6 @@ class State:
     final_stage: int = -1  # the stage final_steps belongs to
     saved_seconds: float = 0.0  # estimated seconds of unused steps in earlier stages
     elapsed: float = 0.0  # training wall-clock seconds, over all sessions
-    restarted_at: int = -1  # the stage at which the weights last went through an export (see Stage.from_export)
     log: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -773,13 +742,10 @@ def lr_at(state: State) -> float:
     stage = STAGES[min(state.stage, len(STAGES) - 1)]
     if state.step < WARMUP:
         return stage.lr * (state.step + 1) / WARMUP
-    lr = stage.lr
     if stage.cosine:
         progress = min(1.0, state.stage_step / stage_steps(state))
-        lr *= FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * progress))
-    if state.stage_step < stage.warmup:
-        lr *= (state.stage_step + 1) / stage.warmup
-    return lr
+        return stage.lr * (FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return stage.lr
 
 
 ADAPT_FROM = "tasks-512"  # from this stage on, tasks still failing held out get more of each batch
@@ -958,61 +924,6 @@ def save_checkpoint(path: Path, model, optimizer, state: State) -> None:
     os.replace(tmp, path)
 
 
-def needs_restart(state: State) -> bool:
-    """Whether the stage about to start begins from exported weights that this run has not yet been through."""
-    return (
-        state.stage < len(STAGES)
-        and STAGES[state.stage].from_export
-        and state.stage_step == 0
-        and state.restarted_at != state.stage
-    )
-
-
-def restart_as_exported(model: LlamaForCausalLM, state: State) -> torch.optim.Optimizer:
-    """Round the weights to bfloat16, as exporting and reloading them does, and return a fresh optimizer.
-
-    A phase that the recorded run started from the exported model (its checkpoint was not kept)
-    starts the same way in a run from scratch.
-    """
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.copy_(parameter.to(torch.bfloat16).to(parameter.dtype))
-    state.restarted_at = state.stage
-    print(f"stage {STAGES[state.stage].name}: weights rounded to bfloat16, fresh optimizer", flush=True)
-    return make_optimizer(model)
-
-
-def state_from_export(folder: Path) -> State:
-    """The curriculum state at the end of the run exported to ``folder`` (its ``training_log.json``).
-
-    That run's stages must begin this recipe, it must have finished its last stage, and this
-    recipe's next stage must be one that starts from an export.
-    """
-    summary = json.loads((folder / "training_log.json").read_text())
-    done = summary["stages"]
-    names = [s.name for s in STAGES]
-    for index, logged in enumerate(done):
-        ours = asdict(STAGES[index]) if index < len(STAGES) else {}
-        if any(ours.get(key) != value for key, value in logged.items()):
-            raise SystemExit(
-                f"{folder} was trained on stages {[d['name'] for d in done]}, which do not begin this recipe's {names}"
-            )
-    if len(done) >= len(STAGES) or not STAGES[len(done)].from_export:
-        raise SystemExit(
-            f"this recipe has no stage after {done[-1]['name']!r} that starts from an export; its stages: {names}"
-        )
-    last = summary["log"][-1] if summary["log"] else {}
-    if last.get("kind") != "advance" or last.get("from") != done[-1]["name"]:
-        raise SystemExit(f"{folder} was exported before its last stage, {done[-1]['name']!r}, ended")
-    return State(
-        step=summary["steps"],
-        stage=len(done),
-        elapsed=float(summary["training_seconds"]),
-        log=summary["log"],
-        restarted_at=len(done),
-    )
-
-
 def export(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, state: State, folder: Path) -> None:
     """The Hugging Face folder: config, bf16 safetensors, tokenizer, training log."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -1072,9 +983,6 @@ def train(args: argparse.Namespace) -> None:
     checkpoint = work_dir / CHECKPOINT
     if checkpoint.exists() and not (args.resume or args.export_only):
         raise SystemExit(f"{checkpoint} exists: pass --resume to continue it (or delete it to start over)")
-    from_export = Path(args.from_export) if args.from_export and not checkpoint.exists() else None
-    if from_export is not None and not (work_dir / "tokenizer" / "tokenizer.json").exists():
-        PreTrainedTokenizerFast.from_pretrained(from_export).save_pretrained(work_dir / "tokenizer")
     tokenizer = load_or_train_tokenizer(work_dir / "tokenizer")
     data = TaskData(tokenizer)
     model = build_model(tokenizer).to(args.device)
@@ -1093,14 +1001,6 @@ def train(args: argparse.Namespace) -> None:
             state.final_stage = -1 if after_phase else state.stage
         if state.stage < len(STAGES) and STAGES[state.stage].final and state.final_stage != state.stage:
             begin_stage(state, args.final_steps)  # a later phase's final stage, added after this checkpoint
-        if needs_restart(state):  # a later phase, added after this checkpoint, that starts from an export
-            optimizer = restart_as_exported(model, state)
-    elif from_export is not None:
-        state = state_from_export(from_export)
-        exported = LlamaForCausalLM.from_pretrained(from_export, dtype=torch.float32)
-        model.load_state_dict(exported.state_dict())
-        print(f"starting from {from_export} (step {state.step}, {state.elapsed / 3600:.2f} h)", flush=True)
-        begin_stage(state, args.final_steps)
     if args.final_steps and state.final_stage == state.stage:  # the final stage has begun: resize it (and its cosine)
         state.final_steps = args.final_steps
         print(f"final stage resized to {state.final_steps} steps", flush=True)
@@ -1129,8 +1029,6 @@ def train(args: argparse.Namespace) -> None:
                 state.stage_step = 0
                 state.saved_seconds = 0.0
                 state.elapsed += time.time() - tick
-                if needs_restart(state):
-                    optimizer = restart_as_exported(model, state)
                 save_checkpoint(checkpoint, model, optimizer, state)
                 if state.stage < len(STAGES):
                     print("=== phase ends", flush=True)
@@ -1200,12 +1098,6 @@ def main() -> None:
         default=None,
         help="steps of the final stage, its cosine decay included (default: its cap plus the time earlier "
         "stages left unused); on --resume it also resizes a final stage already under way",
-    )
-    parser.add_argument(
-        "--from-export",
-        default=None,
-        help="without a checkpoint, start from this exported model (its training_log.json gives the step and "
-        "time); the recipe's next stage must be one that starts from an export (recipe v4's phase 4)",
     )
     parser.add_argument("--save-every", type=float, default=300.0, help="seconds between checkpoints")
     parser.add_argument(

@@ -73,23 +73,18 @@ def test_multiquery_asks_four_keys_in_a_numbered_order(tokenizer) -> None:
 
 def test_vt_chain_leads_from_the_value_through_every_name(tokenizer) -> None:
     for sample in micro.generate("micro_vt", tokenizer, 1024, 4, seed=4):
-        links = dict(re.findall(r"^VAR (\w+): (\w+)\.$", sample.context, flags=re.MULTILINE))
+        links = dict(re.findall(r"^VAR (\w+) (\w+)\.$", sample.context, flags=re.MULTILINE))
         (start,) = sample.meta["keys"]
         walked, node = [], start
         while node in links:
             node = links[node]
             walked.append(node)
         assert walked == sample.references and len(walked) == micro.VT_HOPS + 1
-        assert sample.answer_prefix.endswith(f" {start}:")
-        # every cue the answer writes ("name:") occurs exactly once in the context, on its own line
-        answer = micro.trained_answer(sample)
-        assert answer == " " + ": ".join(walked) + "."
-        for cue in [start, *walked[:-1]]:
-            assert sample.context.count(f" {cue}:") == 1
+        assert sample.answer_prefix.endswith(f" {start}")
         # lines are shuffled: the context order alone does not give the answer in every sample
     orders = []
     for sample in micro.generate("micro_vt", tokenizer, 1024, 8, seed=5):
-        names = re.findall(r"^VAR \w+: (\w+)\.$", sample.context, flags=re.MULTILINE)
+        names = re.findall(r"^VAR \w+ (\w+)\.$", sample.context, flags=re.MULTILINE)
         orders.append(names == sample.references)
     assert not all(orders)
 

@@ -21,11 +21,13 @@ Tasks (RULER counterpart: needle template / trained answer after the prefix's fi
   `` v1, {key} #2 v2, {key} #3 v3, {key} #4 v4.``
 * ``micro_multiquery`` (``niah_multiquery``, 4 keys asked as ``#1 {k1}, #2 {k2}, ...``):
   ``{key} {value}.`` / `` v1, #2 {k2} v2, #3 {k3} v3, #4 {k4} v4.``
-* ``micro_vt`` (``vt``, one chain of 4 hops in noise): ``VAR {a}: {b}.`` lines from the value to
-  the fifth name, shuffled / `` A: B: C: D: E.`` (each ``name:`` the cue of the next name). The
-  colon makes each cue occur once in the context: a name also ends the line before its own, and
-  in the first version of this task (``VAR a b.`` / `` A B C D E.``) the pair ``A B`` written in
-  the answer matched that line, whose next token is the period, not the next name.
+* ``micro_vt`` (``vt``, one chain of 4 hops in noise): ``VAR {a} {b}.`` lines from the value to
+  the fifth name, shuffled / `` A B C D E.`` (each name the cue of the next). A known weakness of
+  this form for a model that retrieves by induction: the pair ``A B`` written in the answer also
+  ends the line ``VAR A B.``, whose next token is a period, not ``C``. A colon-cued form
+  (``VAR a: b.`` / `` A: B: C``, each cue once in the context) was tried on the shipped model in
+  a short extra phase and reached only 10 % (its model card, "After v3"), so the form the model
+  was trained on stays.
 * ``passkey`` (Mohtashami & Jaggi 2023): the classic passkey prompt, unchanged.
 
 Keys are RULER's ``adjective-noun`` words, values RULER's 7-digit numbers, essays the bundled
@@ -128,12 +130,12 @@ def target_text(task: str, cues: list[str], references: list[str]) -> str:
     """The answer after the answer prefix (which ends with the first cue), as the model is trained to give it.
 
     Every item but the first starts with its cue: ``{key} {value}`` items separated by commas; in
-    ``micro_vt`` each name, with its colon, is the cue of the next. Greedy outputs in this format score 1 with
+    ``micro_vt`` each name is the cue of the next. Greedy outputs in this format score 1 with
     ``string_match_all`` exactly when every value is right.
     """
     kind = _config(task).kind
     if kind == "vt":
-        return " " + ": ".join(references) + "."
+        return " " + " ".join(references) + "."
     if kind == "passkey" or len(references) == 1:
         return f" {references[0]}."
     items = [references[0]] + [f"{cue} {value}" for cue, value in zip(cues[1:], references[1:], strict=True)]
@@ -182,9 +184,9 @@ def _plan(task: str, rng: random.Random) -> _Plan:
         value = str(rng.randint(10000, 99998))
         names = _vt_names(rng, VT_HOPS + 1)
         chain = [value, *names]
-        needles = [f"VAR {a}: {b}." for a, b in itertools.pairwise(chain)]
-        question = f"\nFollow the VAR lines from {value}. Which {len(names)} names does the chain pass through?"
-        return _Plan(needles, question, f"\nAnswer: {value}:", names, [value, *names[:-1]], [value])
+        needles = [f"VAR {a} {b}." for a, b in itertools.pairwise(chain)]
+        question = f"\nFollow the VAR lines from {value}: which {len(names)} names does the chain pass through?"
+        return _Plan(needles, question, f"\nAnswer: {value}", names, [value, *names[:-1]], [value])
     raise ValueError(f"micro task {task} has no needle plan")
 
 
