@@ -24,10 +24,10 @@ import string
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from functools import cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import jieba
-from rouge_score import rouge_scorer
+if TYPE_CHECKING:
+    from rouge_score.rouge_scorer import RougeScorer
 
 __all__ = ["LONGBENCH_FIRST_LINE_TASKS", "LONGBENCH_TASKS", "METRICS", "Metric", "longbench_postprocess", "score"]
 
@@ -101,6 +101,8 @@ def _best(scores: Iterable[float]) -> float:
 
 def _jieba_words(text: str) -> list[str]:
     """jieba's precise-mode segmentation (``cut_all=False``), the mode LongBench uses."""
+    import jieba  # imported on first use: only LongBench's Chinese tasks need it
+
     return list(jieba.cut(text, cut_all=False))
 
 
@@ -443,8 +445,10 @@ def ruler_string_match_part(prediction: str, references: list[str], **kwargs: An
 
 
 @cache
-def _rouge_scorer(rouge_type: str, use_stemmer: bool) -> rouge_scorer.RougeScorer:
-    """A cached ``rouge-score`` scorer for one ROUGE type."""
+def _rouge_scorer(rouge_type: str, use_stemmer: bool) -> RougeScorer:
+    """A cached ``rouge-score`` scorer for one ROUGE type (the package is imported on first use)."""
+    from rouge_score import rouge_scorer
+
     return rouge_scorer.RougeScorer([rouge_type], use_stemmer=use_stemmer)
 
 

@@ -68,9 +68,11 @@ def samples_for(task: str, tokenizer: PreTrainedTokenizerBase, length: int, coun
     return samples
 
 
-def load(path: str | Path, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def load(
+    path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
     return model, tokenizer
 
 
@@ -95,7 +97,7 @@ def run_sample(
         logprobs = teacher_forced_logprobs(model, prompt, compressor, "query_aware", [target])[0]
     prediction = tokenizer.decode(reply.tokens, skip_special_tokens=True)
     score = ruler_string_match_all(prediction, sample.references)
-    hits = (logprobs.argmax(-1) == torch.tensor(target)).float()
+    hits = (logprobs.argmax(-1) == torch.tensor(target, device=logprobs.device)).float()
     return {
         "id": sample.id,
         "task": sample.task,
@@ -137,11 +139,12 @@ def main() -> None:
     parser.add_argument("--policies", default="full", help="comma-separated names from configs/policy")
     parser.add_argument("--budget", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="torch device (e.g. cuda); the recorded scores are the CPU's")
     parser.add_argument("--out", default=None, help="JSON file for every record and the summary")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    model, tokenizer = load(args.model)
+    model, tokenizer = load(args.model, device=args.device)
     lengths = [int(x) for x in args.lengths.split(",")]
     tasks = args.tasks.split(",")
     unknown = sorted(set(tasks) - set(TASKS))

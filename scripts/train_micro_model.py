@@ -46,13 +46,21 @@ CPU cores (recipe v3; the points below describe the first recipe, v1, and ``--re
 
 Run it in the background: ``nohup python scripts/train_micro_model.py --resume >>
 outputs/micro_model_v3/train.log 2>&1 &`` (``--resume`` starts from scratch when no checkpoint exists).
+
+**On a GPU** (``scripts/train_micro_model_gpu.sh``, not run yet): the same recipe with
+``--batch-scale`` times the data per step, ``--workers`` processes making the batches ahead (on
+a GPU, making a batch costs about as much as training on it) and ``--precision bf16``;
+``scripts/estimate_training_time.py`` sizes the batch for the time available first, since
+``--max-hours`` skips the phases it cannot reach.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import multiprocessing
 import os
 import random
 import re
@@ -817,11 +825,81 @@ def make_batch(data: TaskData, state: State) -> tuple[torch.Tensor, torch.Tensor
     return ids, positions, labels, examples
 
 
+_WORKER_DATA: TaskData | None = None  # a batch worker's data (inherited through fork)
+
+
+def _batch_in_worker(state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    assert _WORKER_DATA is not None
+    return make_batch(_WORKER_DATA, state)[:3]
+
+
+def _weights_log(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``log`` that :func:`task_weights` reads (each task's latest held-out row, overall and per length)."""
+    latest: dict[tuple[str, int | None], int] = {}
+    for index, row in enumerate(log):
+        if row.get("kind") in ("heldout", "sweep") and "exact" in row:
+            latest[(row["task"], None)] = index
+            latest[(row["task"], row["length"])] = index
+    return [log[i] for i in sorted(set(latest.values()))]
+
+
+class BatchSource:
+    """Each step's batch: made ahead by ``workers`` processes, or in this process when there are none.
+
+    Data generation is as costly as a training step on a GPU. A batch depends on the step, the
+    stage and the held-out log (the adaptive mixture), and the log changes only at an
+    evaluation, so the workers make the batches up to the next evaluation from a snapshot of
+    those; every batch equals what :func:`make_batch` gives in this process.
+    """
+
+    def __init__(self, data: TaskData, workers: int, ahead: int | None = None) -> None:
+        global _WORKER_DATA
+        self.data = data
+        self.ahead = ahead or 4 * workers
+        self.pool = None
+        if workers > 0:
+            _WORKER_DATA = data
+            context = multiprocessing.get_context("fork")
+            self.pool = context.Pool(workers, initializer=torch.set_num_threads, initargs=(1,))
+        self.pending: dict[int, Any] = {}
+        self.key: tuple[int, int, int] | None = None
+        self.snapshot: list[dict[str, Any]] = []
+
+    def next(self, state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.pool is None:
+            return make_batch(self.data, state)[:3]
+        key = (state.stage, state.step - state.stage_step, len(state.log))
+        if key != self.key:
+            self.key, self.pending, self.snapshot = key, {}, _weights_log(state.log)
+        stage = STAGES[state.stage]
+        next_eval = (state.stage_step // stage.eval_every + 1) * stage.eval_every
+        last = min(next_eval, stage_steps(state), state.stage_step + self.ahead)  # stage steps [stage_step, last)
+        for stage_step in range(state.stage_step, max(last, state.stage_step + 1)):
+            step = state.step + stage_step - state.stage_step
+            if step not in self.pending:
+                ahead = State(step=step, stage=state.stage, stage_step=stage_step, log=self.snapshot)
+                self.pending[step] = self.pool.apply_async(_batch_in_worker, (ahead,))
+        return self.pending.pop(state.step).get()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+
+
+PRECISION = "fp32"  # --precision: "bf16" runs the forward passes under bfloat16 autocast (for GPUs)
+BATCH_SCALE = 1  # --batch-scale: every stage's batch is multiplied by it
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    return torch.autocast(device.type, dtype=torch.bfloat16) if PRECISION == "bf16" else contextlib.nullcontext()
+
+
 def sequence_loss(model: LlamaForCausalLM, ids: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor):
     """Cross-entropy on the supervised positions, averaged per sequence then over the batch."""
-    hidden = model.model(input_ids=ids, position_ids=positions).last_hidden_state
     mask = labels != -100
-    logits = model.lm_head(hidden[mask])
+    with autocast(ids.device):
+        hidden = model.model(input_ids=ids, position_ids=positions).last_hidden_state
+        logits = model.lm_head(hidden[mask])
     losses = F.cross_entropy(logits.float(), labels[mask], reduction="none")
     rows = mask.nonzero()[:, 0]
     per_row = torch.zeros(ids.shape[0], device=ids.device).index_add_(0, rows, losses) / mask.sum(1).clamp(min=1)
@@ -837,9 +915,10 @@ def score_examples(model: LlamaForCausalLM, examples: list[Example]) -> tuple[fl
     exact, correct, total = 0, 0, 0
     for example in examples:
         ids = torch.tensor([example.ids], device=model.device)
-        hidden = model.model(input_ids=ids).last_hidden_state
         start, stop = example.answer_start, len(example.ids) - (0 if example.task in COPY_TASKS else 1)
-        predicted = model.lm_head(hidden[0, start - 1 : stop - 1]).argmax(-1)
+        with autocast(ids.device):
+            hidden = model.model(input_ids=ids).last_hidden_state
+            predicted = model.lm_head(hidden[0, start - 1 : stop - 1]).argmax(-1)
         gold = ids[0, start:stop]
         hits = int((predicted == gold).sum())
         exact += int(hits == len(gold))
@@ -918,6 +997,7 @@ def save_checkpoint(path: Path, model, optimizer, state: State) -> None:
             "state": asdict(state),
             "torch_rng": torch.get_rng_state(),
             "python_rng": random.getstate(),
+            "batch_scale": BATCH_SCALE,
         },
         tmp,
     )
@@ -938,6 +1018,9 @@ def export(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerBase, state: S
         "steps": state.step,
         "training_seconds": round(state.elapsed),
         "threads": torch.get_num_threads(),
+        "batch_scale": BATCH_SCALE,
+        "precision": PRECISION,
+        "device": str(next(model.parameters()).device),
         "log": state.log,
     }
     (folder / "training_log.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -985,11 +1068,16 @@ def train(args: argparse.Namespace) -> None:
         raise SystemExit(f"{checkpoint} exists: pass --resume to continue it (or delete it to start over)")
     tokenizer = load_or_train_tokenizer(work_dir / "tokenizer")
     data = TaskData(tokenizer)
+    batches = BatchSource(data, args.workers)  # workers fork before the model reaches a GPU
     model = build_model(tokenizer).to(args.device)
     optimizer = make_optimizer(model)
     state = State()
     if checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False, map_location=args.device)
+        if saved.get("batch_scale", 1) != args.batch_scale:
+            raise SystemExit(
+                f"{checkpoint} was trained with --batch-scale {saved.get('batch_scale', 1)}, not {args.batch_scale}"
+            )
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state = State(**saved["state"])
@@ -1025,6 +1113,10 @@ def train(args: argparse.Namespace) -> None:
                 tick = time.time()
                 evaluate(model, data, state, task_lengths(), HELDOUT_PER_TASK, "final")
                 state.log.append({"kind": "advance", "step": state.step, "from": stage.name})
+                if out_of_time and state.stage < len(STAGES) - 1:
+                    print(f"later phases skipped: {[s.name for s in STAGES[state.stage + 1 :]]}", flush=True)
+                    state.log.append({"kind": "skipped", "step": state.step, "stages": len(STAGES) - state.stage - 1})
+                    state.stage = len(STAGES) - 1
                 state.stage += 1
                 state.stage_step = 0
                 state.saved_seconds = 0.0
@@ -1039,7 +1131,7 @@ def train(args: argparse.Namespace) -> None:
             state.elapsed += time.time() - tick
             continue
         tick = time.time()
-        ids, positions, labels = (t.to(args.device) for t in make_batch(data, state)[:3])
+        ids, positions, labels = (t.to(args.device, non_blocking=True) for t in batches.next(state))
         for group in optimizer.param_groups:
             group["lr"] = lr_at(state)
         loss = sequence_loss(model, ids, positions, labels)
@@ -1070,6 +1162,7 @@ def train(args: argparse.Namespace) -> None:
         if time.time() - last_save > args.save_every:
             save_checkpoint(checkpoint, model, optimizer, state)
             last_save = time.time()
+    batches.close()
     save_checkpoint(checkpoint, model, optimizer, state)
     print(f"done: {state.step} steps, {state.elapsed / 3600:.2f} h of training", flush=True)
     export(model, tokenizer, state, export_dir)
@@ -1084,7 +1177,22 @@ def main() -> None:
         "--device", default="cpu", help="torch device (e.g. cuda); the recorded run used the CPU, in float32"
     )
     parser.add_argument(
-        "--max-hours", type=float, default=3.0, help="training hours after which the final stage ends early"
+        "--max-hours",
+        type=float,
+        default=3.0,
+        help="training hours after which the current phase's final stage ends early and later phases are skipped",
+    )
+    parser.add_argument(
+        "--batch-scale",
+        type=int,
+        default=1,
+        help="multiply every stage's batch (e.g. 8 on a GPU: more data per step, same curriculum)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=0, help="processes that make batches ahead (0: in the training process)"
+    )
+    parser.add_argument(
+        "--precision", default="fp32", choices=["fp32", "bf16"], help="bf16: bfloat16 autocast (for GPUs)"
     )
     parser.add_argument(
         "--stop-at-step",
@@ -1107,13 +1215,19 @@ def main() -> None:
     parser.add_argument("--export-dir", default=str(EXPORT_DIR), help="where the trained model is written")
     parser.add_argument("--smoke", action="store_true", help="a few steps per stage, to check the pipeline")
     args = parser.parse_args()
-    global RECIPE, STAGES
+    global RECIPE, STAGES, BATCH_SCALE, PRECISION
+    if args.batch_scale < 1 or args.workers < 0:
+        raise SystemExit(f"--batch-scale must be >= 1 and --workers >= 0, got {args.batch_scale} and {args.workers}")
     RECIPE = RECIPES[args.recipe]
-    STAGES = RECIPE.stages
-    args.work_dir = args.work_dir or str(RECIPE.work_dir)
+    BATCH_SCALE, PRECISION = args.batch_scale, args.precision
+    STAGES = tuple(replace(s, batch=s.batch * BATCH_SCALE) for s in RECIPE.stages)
+    scaled = RECIPE.work_dir.with_name(f"{RECIPE.work_dir.name}_batch{BATCH_SCALE}")
+    args.work_dir = args.work_dir or str(RECIPE.work_dir if BATCH_SCALE == 1 else scaled)
     if args.smoke:
         STAGES = tuple(
-            replace(s, length=min(s.length, 1024), batch=2, max_steps=3, eval_every=2, seconds_per_step=1.0)
+            replace(
+                s, length=min(s.length, 1024), batch=2 * BATCH_SCALE, max_steps=3, eval_every=2, seconds_per_step=1.0
+            )
             for s in (*STAGES[:3], *STAGES[-3:])
         )
     train(args)

@@ -113,3 +113,55 @@ def test_a_later_phases_final_stage_gets_its_own_length(monkeypatch) -> None:
     state.saved_seconds = 0.0
     train.begin_stage(state)
     assert (state.final_stage, train.stage_steps(state)) == (last, stages[last].max_steps)
+
+
+def test_batches_made_ahead_by_workers_are_the_ones_made_in_process(tokenizer, monkeypatch) -> None:
+    """Across evaluations that change the adaptive mixture and a stage change, workers give the same batches."""
+    stages = (
+        train.Stage("tasks-256", 96, 3, 4, 2.0, 2, 0.1, tasks={"micro_single_1": 1.0, "passkey": 1.0}),
+        train.Stage("tasks-512", 128, 2, 6, 2.0, 3, 0.1),  # the adaptive mixture, read from the log
+    )
+    monkeypatch.setattr(train, "STAGES", stages)
+    data = train.TaskData(tokenizer)
+    source = train.BatchSource(data, workers=2, ahead=3)
+    state, rng, compared = train.State(), random.Random(0), 0
+    try:
+        while state.stage < len(stages):
+            made_ahead = source.next(state)
+            made_here = train.make_batch(data, state)[:3]
+            assert all(train.torch.equal(a, b) for a, b in zip(made_ahead, made_here, strict=True))
+            compared += 1
+            state.step += 1
+            state.stage_step += 1
+            stage = stages[state.stage]
+            if state.stage_step % stage.eval_every == 0:  # an evaluation: new held-out rows, new weights
+                for task in ("niah_single_1", "vt", "passkey"):
+                    row = {"kind": "heldout", "task": task, "length": stage.length, "exact": rng.random()}
+                    state.log.append(row)
+            if state.stage_step == stage.max_steps:
+                state.stage, state.stage_step = state.stage + 1, 0
+    finally:
+        source.close()
+    assert compared == 10
+    full = train.task_weights(state, 128)
+    assert train.task_weights(train.State(stage=state.stage, log=train._weights_log(state.log)), 128) == full
+    assert full != train.TASK_WEIGHTS  # the log did change the mixture
+
+
+def test_bf16_autocast_gives_the_float32_loss_to_bfloat16_precision(monkeypatch) -> None:
+    torch = train.torch
+    config = train.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = train.LlamaForCausalLM(config)
+    ids = torch.randint(3, 64, (2, 24))
+    positions = torch.arange(24).repeat(2, 1)
+    labels = torch.full_like(ids, -100)
+    labels[:, 12:23] = ids[:, 13:]
+    exact = train.sequence_loss(model, ids, positions, labels)
+    monkeypatch.setattr(train, "PRECISION", "bf16")
+    autocast = train.sequence_loss(model, ids, positions, labels)
+    assert autocast.dtype == torch.float32 and autocast.item() != exact.item()
+    assert autocast.item() == pytest.approx(exact.item(), rel=0.02)

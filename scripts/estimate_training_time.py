@@ -1,0 +1,107 @@
+"""How long a micro-model recipe would take on this machine, measured before committing to a run.
+
+A GPU may be lent for minutes only, and a run cut by ``--max-hours`` loses its later phases, so
+size the batch first. For each stage of the recipe (with ``--batch-scale``), this times a few
+real training steps (forward, backward, optimizer) on that stage's batches, and the making of
+those batches in one process; it prints the estimated seconds per step with ``--workers``
+processes making batches ahead (the slower of the two, since they overlap), and the recipe's
+total if every stage ran to its step cap (stages that pass their threshold end sooner; the
+held-out evaluations, a few percent of a CPU run, are not counted).
+
+    python scripts/estimate_training_time.py                                   # the CPU run, 2 threads
+    python scripts/estimate_training_time.py --device cuda --precision bf16 --batch-scale 8 --workers 14
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import scripts.train_micro_model as train  # noqa: E402
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def make_batches(data: train.TaskData, stage_index: int, count: int) -> tuple[list, float]:
+    """``count`` batches of one stage (from steps far from any training seed) and the seconds each took."""
+    state = train.State(stage=stage_index)
+    batches = []
+    start = time.perf_counter()
+    for i in range(count):
+        state.step = 10**7 + i
+        batches.append(train.make_batch(data, state)[:3])
+    return batches, (time.perf_counter() - start) / count
+
+
+def time_steps(model, optimizer, batches: list, device: torch.device) -> float:
+    """Seconds per training step (forward, backward, optimizer) over ``batches``, the first one a warm-up."""
+    timings = []
+    for ids, positions, labels in batches:
+        ids, positions, labels = ids.to(device), positions.to(device), labels.to(device)
+        synchronize(device)
+        tick = time.perf_counter()
+        loss = train.sequence_loss(model, ids, positions, labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        synchronize(device)
+        timings.append(time.perf_counter() - tick)
+    return sum(timings[1:]) / (len(timings) - 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", default="v3", choices=["v2", "v3"], help="a recipe of the shipped tokenizer")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--batch-scale", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=0, help="processes the run would give to making batches")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per stage (after one warm-up step)")
+    args = parser.parse_args()
+    if args.steps < 1 or args.batch_scale < 1 or args.workers < 0:
+        raise SystemExit("--steps and --batch-scale must be >= 1 and --workers >= 0")
+
+    torch.set_num_threads(args.threads)
+    train.PRECISION = args.precision
+    train.RECIPE = train.RECIPES[args.recipe]
+    train.STAGES = tuple(replace(s, batch=s.batch * args.batch_scale) for s in train.RECIPE.stages)
+    device = torch.device(args.device)
+    tokenizer = train.PreTrainedTokenizerFast.from_pretrained(train.EXPORT_DIR)  # the shipped tokenizer
+    data = train.TaskData(tokenizer)
+    model = train.build_model(tokenizer).to(device).train()
+    optimizer = train.make_optimizer(model)
+
+    print(f"recipe {args.recipe}, batch x{args.batch_scale}, {args.device} {args.precision}, {args.workers} workers")
+    print(f"{'stage':20s} {'length':>6s} {'batch':>5s} {'steps':>5s} {'step s':>8s} {'batch s':>8s} {'est s':>8s}")
+    step_seconds: dict[tuple[int, int], float] = {}  # the model's cost depends on the shape alone
+    total = 0.0
+    for index, stage in enumerate(train.STAGES):
+        batches, making = make_batches(data, index, args.steps + 1)
+        if (stage.length, stage.batch) not in step_seconds:
+            step_seconds[stage.length, stage.batch] = time_steps(model, optimizer, batches, device)
+        compute = step_seconds[stage.length, stage.batch]
+        per_step = max(compute, making / args.workers) if args.workers else compute + making
+        total += stage.max_steps * per_step
+        print(
+            f"{stage.name:20s} {stage.length:6d} {stage.batch:5d} {stage.max_steps:5d} "
+            f"{compute:8.3f} {making:8.3f} {stage.max_steps * per_step:8.0f}",
+            flush=True,
+        )
+    print(f"total at every stage's step cap: {total:.0f} s ({total / 3600:.2f} h), evaluations not counted")
+
+
+if __name__ == "__main__":
+    main()
