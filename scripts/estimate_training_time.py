@@ -61,37 +61,17 @@ def time_steps(model, optimizer, batches: list, device: torch.device) -> float:
     return sum(timings[1:]) / (len(timings) - 1)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipe", default="v3", choices=["v2", "v3"], help="a recipe of the shipped tokenizer")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    parser.add_argument("--batch-scale", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=0, help="processes the run would give to making batches")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per stage (after one warm-up step)")
-    args = parser.parse_args()
-    if args.steps < 1 or args.batch_scale < 1 or args.workers < 0:
-        raise SystemExit("--steps and --batch-scale must be >= 1 and --workers >= 0")
-
-    torch.set_num_threads(args.threads)
-    train.PRECISION = args.precision
-    train.RECIPE = train.RECIPES[args.recipe]
-    train.STAGES = tuple(replace(s, batch=s.batch * args.batch_scale) for s in train.RECIPE.stages)
-    device = torch.device(args.device)
-    tokenizer = train.PreTrainedTokenizerFast.from_pretrained(train.EXPORT_DIR)  # the shipped tokenizer
-    data = train.TaskData(tokenizer)
-    model = train.build_model(tokenizer).to(device).train()
-    optimizer = train.make_optimizer(model)
-
-    print(f"recipe {args.recipe}, batch x{args.batch_scale}, {args.device} {args.precision}, {args.workers} workers")
+def estimate(model, optimizer, data: train.TaskData, args: argparse.Namespace, scale: int) -> float:
+    """Print each stage's timings at batch ``scale`` and return the recipe's seconds at every stage's step cap."""
+    train.STAGES = tuple(replace(s, batch=s.batch * scale) for s in train.RECIPE.stages)
+    print(f"recipe {args.recipe}, batch x{scale}, {args.device} {args.precision}, {args.workers} workers")
     print(f"{'stage':20s} {'length':>6s} {'batch':>5s} {'steps':>5s} {'step s':>8s} {'batch s':>8s} {'est s':>8s}")
     step_seconds: dict[tuple[int, int], float] = {}  # the model's cost depends on the shape alone
     total = 0.0
     for index, stage in enumerate(train.STAGES):
         batches, making = make_batches(data, index, args.steps + 1)
         if (stage.length, stage.batch) not in step_seconds:
-            step_seconds[stage.length, stage.batch] = time_steps(model, optimizer, batches, device)
+            step_seconds[stage.length, stage.batch] = time_steps(model, optimizer, batches, args.device)
         compute = step_seconds[stage.length, stage.batch]
         per_step = max(compute, making / args.workers) if args.workers else compute + making
         total += stage.max_steps * per_step
@@ -101,6 +81,48 @@ def main() -> None:
             flush=True,
         )
     print(f"total at every stage's step cap: {total:.0f} s ({total / 3600:.2f} h), evaluations not counted")
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", default="v3", choices=["v2", "v3"], help="a recipe of the shipped tokenizer")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--batch-scale", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=0, help="processes the run would give to making batches")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps per stage (after one warm-up step)")
+    parser.add_argument(
+        "--fit-hours",
+        type=float,
+        default=None,
+        help="halve --batch-scale until the estimate fits these hours; the last line names the scale (or 0: none)",
+    )
+    args = parser.parse_args()
+    if args.steps < 1 or args.batch_scale < 1 or args.workers < 0:
+        raise SystemExit("--steps and --batch-scale must be >= 1 and --workers >= 0")
+
+    torch.set_num_threads(args.threads)
+    train.PRECISION = args.precision
+    train.RECIPE = train.RECIPES[args.recipe]
+    args.device = torch.device(args.device)
+    tokenizer = train.PreTrainedTokenizerFast.from_pretrained(train.EXPORT_DIR)  # the shipped tokenizer
+    data = train.TaskData(tokenizer)
+    model = train.build_model(tokenizer).to(args.device).train()
+    optimizer = train.make_optimizer(model)
+    scale = args.batch_scale
+    while True:
+        total = estimate(model, optimizer, data, args, scale)
+        if args.fit_hours is None:
+            return
+        if total <= args.fit_hours * 3600:
+            break
+        if scale == 1:
+            scale = 0
+            break
+        scale //= 2
+    print(f"batch scale that fits {args.fit_hours} h: {scale}")
 
 
 if __name__ == "__main__":
