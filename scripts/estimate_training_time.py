@@ -55,6 +55,7 @@ def time_steps(model, optimizer, batches: list, device: torch.device) -> float:
         loss = train.sequence_loss(model, ids, positions, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         synchronize(device)
         timings.append(time.perf_counter() - tick)
