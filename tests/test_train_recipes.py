@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,3 +167,11 @@ def test_bf16_autocast_gives_the_float32_loss_to_bfloat16_precision(monkeypatch)
     autocast = train.sequence_loss(model, ids, positions, labels)
     assert autocast.dtype == torch.float32 and autocast.item() != exact.item()
     assert autocast.item() == pytest.approx(exact.item(), rel=0.02)
+
+
+def test_training_needs_none_of_longbenchs_metric_packages() -> None:
+    """A bare GPU image has torch, transformers and tokenizers but not jieba or rouge-score."""
+    code = "import sys, scripts.train_micro_model; print(sorted({'jieba', 'rouge_score'} & set(sys.modules)))"
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
