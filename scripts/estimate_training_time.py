@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -52,11 +51,7 @@ def time_steps(model, optimizer, batches: list, device: torch.device) -> float:
         ids, positions, labels = ids.to(device), positions.to(device), labels.to(device)
         synchronize(device)
         tick = time.perf_counter()
-        loss = train.sequence_loss(model, ids, positions, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        train.train_step(model, optimizer, ids, positions, labels)
         synchronize(device)
         timings.append(time.perf_counter() - tick)
     return sum(timings[1:]) / (len(timings) - 1)
@@ -64,7 +59,7 @@ def time_steps(model, optimizer, batches: list, device: torch.device) -> float:
 
 def estimate(model, optimizer, data: train.TaskData, args: argparse.Namespace, scale: int) -> float:
     """Print each stage's timings at batch ``scale`` and return the recipe's seconds at every stage's step cap."""
-    train.STAGES = tuple(replace(s, batch=s.batch * scale) for s in train.RECIPE.stages)
+    train.STAGES = train.scaled_stages(train.RECIPE, scale)
     print(f"recipe {args.recipe}, batch x{scale}, {args.device} {args.precision}, {args.workers} workers")
     print(f"{'stage':20s} {'length':>6s} {'batch':>5s} {'steps':>5s} {'step s':>8s} {'batch s':>8s} {'est s':>8s}")
     step_seconds: dict[tuple[int, int], float] = {}  # the model's cost depends on the shape alone

@@ -203,25 +203,9 @@ def _fitted_sample(
     """The longest prompt ``build`` makes (RULER's fitting) that leaves ``max_new_tokens`` of ``context_length``."""
     budget = context_length - max_new_tokens
     fit = ruler._fit(build, ruler._TokenCounter(tokenizer), budget, min_items, 4 * budget + 16)
-    draft = fit.draft
-    return Sample(
-        id=f"{task}/{context_length}/{seed}/{index}",
-        task=task,
-        context=draft.context,
-        question=draft.question,
-        answer_prefix=draft.answer_prefix,
-        references=draft.references,
-        max_new_tokens=max_new_tokens,
-        metric=metric,
-        chat_template=False,
-        meta={
-            "context_length": context_length,
-            "prompt_tokens": fit.tokens,
-            "depths": draft.depths,
-            "seed": seed,
-            **draft.extra,
-        },
-    )
+    meta = {"context_length": context_length, "seed": seed}
+    sample_id = f"{task}/{context_length}/{seed}/{index}"
+    return fit.sample(sample_id, task, max_new_tokens, metric, meta, chat_template=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -723,6 +707,11 @@ SWEEP_PER_TASK = 4
 WARMUP, FINAL_LR_FRACTION = 30, 0.1
 
 
+def scaled_stages(recipe: Recipe, batch_scale: int) -> tuple[Stage, ...]:
+    """``recipe``'s stages with every batch multiplied by ``batch_scale`` (``--batch-scale``)."""
+    return tuple(replace(stage, batch=stage.batch * batch_scale) for stage in recipe.stages)
+
+
 def task_lengths() -> list[int]:
     """The distinct prompt lengths of the task stages, in order (read at call time: --smoke replaces STAGES)."""
     return list(dict.fromkeys(s.length for s in STAGES if s.copy_task is None))
@@ -874,7 +863,7 @@ class BatchSource:
         stage = STAGES[state.stage]
         next_eval = (state.stage_step // stage.eval_every + 1) * stage.eval_every
         last = min(next_eval, stage_steps(state), state.stage_step + self.ahead)  # stage steps [stage_step, last)
-        for stage_step in range(state.stage_step, max(last, state.stage_step + 1)):
+        for stage_step in range(state.stage_step, last):
             step = state.step + stage_step - state.stage_step
             if step not in self.pending:
                 ahead = State(step=step, stage=state.stage, stage_step=stage_step, log=self.snapshot)
@@ -904,6 +893,16 @@ def sequence_loss(model: LlamaForCausalLM, ids: torch.Tensor, positions: torch.T
     rows = mask.nonzero()[:, 0]
     per_row = torch.zeros(ids.shape[0], device=ids.device).index_add_(0, rows, losses) / mask.sum(1).clamp(min=1)
     return per_row.mean()
+
+
+def train_step(model: LlamaForCausalLM, optimizer: torch.optim.Optimizer, ids, positions, labels) -> torch.Tensor:
+    """One optimizer step on a batch (gradients clipped to norm 1); returns the batch's loss."""
+    loss = sequence_loss(model, ids, positions, labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return loss
 
 
 @torch.no_grad()
@@ -1134,11 +1133,7 @@ def train(args: argparse.Namespace) -> None:
         ids, positions, labels = (t.to(args.device, non_blocking=True) for t in batches.next(state))
         for group in optimizer.param_groups:
             group["lr"] = lr_at(state)
-        loss = sequence_loss(model, ids, positions, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        loss = train_step(model, optimizer, ids, positions, labels)
         state.step += 1
         state.stage_step += 1
         state.elapsed += time.time() - tick
@@ -1220,7 +1215,7 @@ def main() -> None:
         raise SystemExit(f"--batch-scale must be >= 1 and --workers >= 0, got {args.batch_scale} and {args.workers}")
     RECIPE = RECIPES[args.recipe]
     BATCH_SCALE, PRECISION = args.batch_scale, args.precision
-    STAGES = tuple(replace(s, batch=s.batch * BATCH_SCALE) for s in RECIPE.stages)
+    STAGES = scaled_stages(RECIPE, BATCH_SCALE)
     scaled = RECIPE.work_dir.with_name(f"{RECIPE.work_dir.name}_batch{BATCH_SCALE}")
     args.work_dir = args.work_dir or str(RECIPE.work_dir if BATCH_SCALE == 1 else scaled)
     if args.smoke:

@@ -285,29 +285,16 @@ def sample(
             f"micro task {task} cannot fit in context_length={context_length}: its smallest prompt has "
             f"{exc.tokens} tokens but the budget is {budget} ({cfg.max_new_tokens} reserved for the answer)"
         ) from None
-    draft = fit.draft
-    return Sample(
-        id=f"micro/{task}/{context_length}/{seed}/{index}",
-        task=task,
-        context=draft.context,
-        question=draft.question,
-        answer_prefix=draft.answer_prefix,
-        references=draft.references,
-        max_new_tokens=cfg.max_new_tokens,
-        metric=METRIC,
-        chat_template=False,
-        meta={
-            "benchmark": "micro",
-            "context_length": context_length,
-            "prompt_tokens": fit.tokens,
-            "max_prompt_tokens": budget,
-            "depths": draft.depths,
-            "haystack_units": fit.n,
-            "seed": seed,
-            "index": index,
-            **draft.extra,
-        },
-    )
+    meta = {
+        "benchmark": "micro",
+        "context_length": context_length,
+        "max_prompt_tokens": budget,
+        "haystack_units": fit.n,
+        "seed": seed,
+        "index": index,
+    }
+    sample_id = f"micro/{task}/{context_length}/{seed}/{index}"
+    return fit.sample(sample_id, task, cfg.max_new_tokens, METRIC, meta, chat_template=False)
 
 
 def generate(

@@ -323,6 +323,31 @@ class _Fit:
     tokens: int
     slope: float
 
+    def sample(
+        self,
+        id: str,
+        task: str,
+        max_new_tokens: int,
+        metric: str,
+        meta: dict[str, Any],
+        chat_template: bool = True,
+    ) -> Sample:
+        """The fitted draft as a :class:`Sample`: ``meta`` plus the prompt's tokens, the needles' depths and the
+        builder's extra fields (RULER's, the micro suite's and the training prompts' alike)."""
+        draft = self.draft
+        return Sample(
+            id=id,
+            task=task,
+            context=draft.context,
+            question=draft.question,
+            answer_prefix=draft.answer_prefix,
+            references=draft.references,
+            max_new_tokens=max_new_tokens,
+            metric=metric,
+            chat_template=chat_template,
+            meta={**meta, "prompt_tokens": self.tokens, "depths": draft.depths, **draft.extra},
+        )
+
 
 def _fit(
     build: Callable[[int], _Draft],
@@ -1002,30 +1027,17 @@ def generate(
                 f"{family.max_new_tokens} tokens reserved for the answer)"
             ) from None
         guess, slope = fit.n, fit.slope
-        draft = fit.draft
+        meta = {
+            "benchmark": "ruler",
+            "context_length": context_length,
+            "max_prompt_tokens": budget,
+            "haystack": haystack_label,
+            "haystack_units": fit.n,
+            "seed": seed,
+            "index": i,
+        }
         samples.append(
-            Sample(
-                id=f"ruler/{task}/{context_length}/{seed}/{i}",
-                task=task,
-                context=draft.context,
-                question=draft.question,
-                answer_prefix=draft.answer_prefix,
-                references=draft.references,
-                max_new_tokens=family.max_new_tokens,
-                metric=family.metric,
-                meta={
-                    "benchmark": "ruler",
-                    "context_length": context_length,
-                    "prompt_tokens": fit.tokens,
-                    "max_prompt_tokens": budget,
-                    "depths": draft.depths,
-                    "haystack": haystack_label,
-                    "haystack_units": fit.n,
-                    "seed": seed,
-                    "index": i,
-                    **draft.extra,
-                },
-            )
+            fit.sample(f"ruler/{task}/{context_length}/{seed}/{i}", task, family.max_new_tokens, family.metric, meta)
         )
     return samples
 
