@@ -10,6 +10,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from eval.prompting import PromptTokens
+from restkv.devices import synchronize
 from restkv.integrate import KVCompressor
 
 PROTOCOLS = ("query_aware", "query_agnostic")
@@ -22,11 +23,6 @@ class Answer:
     decode_seconds: float
     kept_tokens: float
     """Mean over layers of the prompt tokens kept after eviction."""
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):
@@ -71,11 +67,11 @@ def answer(
 ) -> Answer:
     """Prefill (evicting at its end), then greedy decoding until EOS or ``max_new_tokens``."""
     device = model.device
-    compressor.decode_reserve = max_new_tokens
-    _sync(device)
+    compressor.reserve_decode(max_new_tokens)
+    synchronize(device)
     start = time.perf_counter()
     cache, logits, kept_tokens = prefill(model, prompt, protocol, compressor)
-    _sync(device)
+    synchronize(device)
     prefill_seconds = time.perf_counter() - start
 
     tokens: list[int] = []
@@ -89,7 +85,7 @@ def answer(
         if step + 1 < max_new_tokens:
             logits = _forward(model, [token], cache, position)
             position += 1
-    _sync(device)
+    synchronize(device)
     return Answer(tokens, prefill_seconds, time.perf_counter() - start, kept_tokens)
 
 
@@ -109,7 +105,7 @@ def teacher_forced_logprobs(
     """
     if any(not tokens for tokens in continuations):
         raise ValueError("teacher forcing needs at least one token per continuation")
-    compressor.decode_reserve = max(len(tokens) for tokens in continuations)
+    compressor.reserve_decode(max(len(tokens) for tokens in continuations))
     cache, last, _ = prefill(model, prompt, protocol, compressor)
     results = []
     for index, tokens in enumerate(continuations):

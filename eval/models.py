@@ -10,8 +10,9 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from restkv.devices import torch_dtype
+
 REPO = Path(__file__).resolve().parents[1]
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -38,8 +39,7 @@ class ModelSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"model.dtype={self.dtype!r} is not allowed; choose one of: {', '.join(DTYPES)}")
+        torch_dtype(self.dtype, "model.dtype")
         if self.max_context < 1:
             raise ValueError(f"model.max_context={self.max_context} must be >= 1")
 
@@ -78,12 +78,6 @@ def weights_fingerprint(spec: ModelSpec) -> str | None:
     return digest.hexdigest()[:16]
 
 
-def pick_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 def load_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(resolve(spec.tokenizer or spec.path))
 
@@ -91,7 +85,7 @@ def load_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
 def load_model(spec: ModelSpec, device: torch.device) -> PreTrainedModel:
     """The model in eval mode on ``device`` with the configured dtype and attention backend."""
     source = resolve(spec.path)
-    dtype = DTYPES[spec.dtype]
+    dtype = torch_dtype(spec.dtype, "model.dtype")
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": spec.attn_implementation}
     if spec.random_init:
         config = AutoConfig.from_pretrained(source)

@@ -13,10 +13,11 @@ from tqdm import tqdm
 
 from eval.benchmarks.base import Sample
 from eval.generation import PROTOCOLS, answer
-from eval.models import ModelSpec, eos_token_ids, load_model, load_tokenizer, pick_device, weights_fingerprint
+from eval.models import ModelSpec, eos_token_ids, load_model, load_tokenizer, weights_fingerprint
 from eval.prompting import tokenize
 from eval.results import PredictionLog, format_table, run_folder, summarize, write_metrics
 from restkv import Budget, compress
+from restkv.devices import pick_device
 
 if not OmegaConf.has_resolver("range_list"):
     # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid

@@ -32,6 +32,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.cache import CompressedLayer
 from restkv.decode import can_use_decode_attention, decode_attention
+from restkv.devices import synchronize
 from restkv.policy import LayerInputs, Policy, check_choice
 from restkv.scoring import output_gram
 from restkv.select import Budget, gather_positions
@@ -161,8 +162,11 @@ class KVCompressor:
     `restkv.cache.CompressedLayer`), evicted or not: a layer the policy keeps whole (the full
     cache, or a budget at least the prompt) is moved into a preallocated layer too, so that full
     and compressed caches decode alike. 0 keeps transformers' concatenating layers for unevicted
-    layers. ``decode_kernel`` (see `DECODE_KERNELS`) picks the attention of decode steps on CPU.
-    ``record`` holds what the last prefill kept.
+    layers; `reserve_decode` changes it between prompts. ``decode_kernel`` (see `DECODE_KERNELS`)
+    picks the attention of decode steps on CPU. ``timed`` synchronises the device around each
+    layer's eviction, so that ``record.eviction_seconds`` is the device time of eviction alone
+    (two synchronisations per layer on a GPU: for measurements, not for throughput).
+    ``record`` holds what the last prefill kept and how long its eviction took.
     """
 
     def __init__(
@@ -172,6 +176,7 @@ class KVCompressor:
         budget: int | float | Budget,
         decode_reserve: int = 0,
         decode_kernel: str = "model",
+        timed: bool = False,
     ) -> None:
         self.model = model
         self.policy = policy
@@ -180,9 +185,9 @@ class KVCompressor:
             raise ValueError(
                 f"budget {self.budget} must exceed the window ({policy.window}): the window is always kept"
             )
-        if decode_reserve < 0:
-            raise ValueError(f"decode_reserve={decode_reserve} must be >= 0")
-        self.decode_reserve = decode_reserve
+        self.decode_reserve = 0
+        self.reserve_decode(decode_reserve)
+        self.timed = timed
         check_choice("compress", "decode_kernel", decode_kernel, DECODE_KERNELS)
         self.decode_kernel = decode_kernel
         self.layers = attention_layers(model)
@@ -219,6 +224,12 @@ class KVCompressor:
         _uninstall(self.implementation)
         self._captured.clear()
         self._grams.clear()
+
+    def reserve_decode(self, tokens: int) -> None:
+        """Preallocate room for ``tokens`` decoded tokens per layer from the next prefill on."""
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"decode_reserve={tokens!r} must be an integer >= 0")
+        self.decode_reserve = tokens
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -261,9 +272,13 @@ class KVCompressor:
             )
         if queries.shape[0] != 1:
             raise NotImplementedError(f"eviction runs on batch size 1; got batch size {queries.shape[0]}")
+        if self.timed:
+            synchronize(queries.device)
         start = time.perf_counter()
         with torch.no_grad():
             self._evict(module, cache, layer_cache, queries)
+        if self.timed:
+            synchronize(queries.device)
         self.record.eviction_seconds += time.perf_counter() - start
 
     def _evict(self, module: nn.Module, cache: Cache, layer_cache: DynamicLayer, queries: torch.Tensor) -> None:
@@ -299,6 +314,7 @@ def compress(
     budget: int | float | Budget,
     decode_reserve: int = 0,
     decode_kernel: str = "model",
+    timed: bool = False,
 ) -> KVCompressor:
-    """Evict ``model``'s KV cache with ``policy`` under ``budget`` inside a ``with`` block."""
-    return KVCompressor(model, policy, budget, decode_reserve=decode_reserve, decode_kernel=decode_kernel)
+    """Evict ``model``'s KV cache with ``policy`` under ``budget`` inside a ``with`` block (see `KVCompressor`)."""
+    return KVCompressor(model, policy, budget, decode_reserve=decode_reserve, decode_kernel=decode_kernel, timed=timed)

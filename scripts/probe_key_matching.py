@@ -41,10 +41,10 @@ def prompt(line: str, query: str, keys: int, seed: str) -> tuple[str, str]:
     rng = random.Random(seed)
     names: list[str] = []
     while len(names) < keys:
-        key = ruler._random_value(rng, "words")
+        key = ruler.random_value(rng, "words")
         if key not in names:
             names.append(key)
-    values = [ruler._random_value(rng, "numbers") for _ in names]
+    values = [ruler.random_value(rng, "numbers") for _ in names]
     pick = rng.randrange(keys)
     lines = "\n".join(line.format(k=k, v=v) for k, v in zip(names, values, strict=True))
     return f"{lines}\n{query.format(k=names[pick])}", values[pick]

@@ -142,12 +142,12 @@ def kv_retrieval_sample(tokenizer: PreTrainedTokenizerBase, context_length: int,
     """Key-value retrieval (Liu et al. 2023, "Lost in the Middle"): a JSON object of UUID pairs."""
     sample_seed = f"kv_retrieval/{seed}/{index}"
 
-    def build(n: int) -> ruler._Draft:
+    def build(n: int) -> ruler.Draft:
         rng = random.Random(sample_seed)
         pairs = [(_uuid(rng), _uuid(rng)) for _ in range(max(n, 1))]
         pick = rng.randrange(len(pairs))
         body = ",\n ".join(f'"{k}": "{v}"' for k, v in pairs)
-        return ruler._Draft(
+        return ruler.Draft(
             context=KV_PREAMBLE + "{" + body + "}",
             question=KV_QUESTION.format(key=pairs[pick][0]),
             answer_prefix="",
@@ -169,16 +169,16 @@ def recall_sample(
     gap = RECIPE.recall_gaps[task]
     sample_seed = f"recall/{seed}/{index}"
 
-    def build(n: int) -> ruler._Draft:
+    def build(n: int) -> ruler.Draft:
         rng = random.Random(sample_seed)
         keys: list[str] = []
         while len(keys) < max(n, 1):
-            key = ruler._random_value(rng, "words")
+            key = ruler.random_value(rng, "words")
             if key not in keys:
                 keys.append(key)
-        values = [ruler._random_value(rng, "numbers") for _ in keys]
+        values = [ruler.random_value(rng, "numbers") for _ in keys]
         pick = rng.randrange(len(keys))
-        return ruler._Draft(
+        return ruler.Draft(
             context="\n".join(f"{k}{gap} {v}" for k, v in zip(keys, values, strict=True)),
             question=f"\n{keys[pick]}{gap}",
             answer_prefix="",
@@ -191,7 +191,7 @@ def recall_sample(
 
 def _fitted_sample(
     task: str,
-    build: Callable[[int], ruler._Draft],
+    build: Callable[[int], ruler.Draft],
     tokenizer: PreTrainedTokenizerBase,
     context_length: int,
     seed: int,
@@ -202,7 +202,7 @@ def _fitted_sample(
 ) -> Sample:
     """The longest prompt ``build`` makes (RULER's fitting) that leaves ``max_new_tokens`` of ``context_length``."""
     budget = context_length - max_new_tokens
-    fit = ruler._fit(build, ruler._TokenCounter(tokenizer), budget, min_items, 4 * budget + 16)
+    fit = ruler.fit_prompt(build, ruler.TokenCounter(tokenizer), budget, min_items, 4 * budget + 16)
     meta = {"context_length": context_length, "seed": seed}
     sample_id = f"{task}/{context_length}/{seed}/{index}"
     return fit.sample(sample_id, task, max_new_tokens, metric, meta, chat_template=False)
@@ -219,13 +219,13 @@ TASKS = (*RULER_TASKS, *EXTRA_TASKS)
 
 
 def essay_window(essay: Any, rng: random.Random, words: int = 6000) -> Any:
-    """A ``ruler._Essay`` of ``words`` words starting at a random sentence start of ``essay``."""
+    """A ``ruler.Essay`` of ``words`` words starting at a random sentence start of ``essay``."""
     size = len(essay.words)
     starts = [e + 1 for e in essay.ends if e + 1 + words <= size]
     start = rng.choice(starts) if starts else 0
     stop = min(size, start + words)
     ends = tuple(e - start for e in essay.ends if start <= e < stop - 1)
-    return ruler._Essay(essay.words[start:stop], ends)
+    return ruler.Essay(essay.words[start:stop], ends)
 
 
 def ruler_sample(
@@ -238,23 +238,23 @@ def ruler_sample(
 ) -> Sample:
     """One RULER sample, built exactly as :func:`eval.benchmarks.ruler.generate` builds it.
 
-    The only difference: essay haystacks come from ``essay`` (a ``ruler._Essay``), so that
+    The only difference: essay haystacks come from ``essay`` (a ``ruler.Essay``), so that
     training can use random windows of the training novel.
     """
     cfg = ruler.TASK_CONFIGS[task]
-    family = ruler._FAMILIES[cfg.family]
+    family = ruler.FAMILIES[cfg.family]
     budget = context_length - family.max_new_tokens
-    count = ruler._TokenCounter(tokenizer)
+    count = ruler.TokenCounter(tokenizer)
     base_seed = f"ruler/{task}/{seed}"
     sample_seed = f"{base_seed}/{index}"
-    build: Callable[[int], ruler._Draft]
-    if isinstance(cfg, ruler._Niah):
+    build: Callable[[int], ruler.Draft]
+    if isinstance(cfg, ruler.Niah):
         n_min = 0 if cfg.type_haystack == "essay" else max(cfg.num_needle_k, cfg.num_needle_q) * cfg.num_needle_v
-        build = ruler._niah_builder(cfg, sample_seed, essay if cfg.type_haystack == "essay" else None)
-    elif isinstance(cfg, ruler._VariableTracking):
+        build = ruler.niah_builder(cfg, sample_seed, essay if cfg.type_haystack == "essay" else None)
+    elif isinstance(cfg, ruler.VariableTracking):
         n_min = (cfg.num_hops + 1) * cfg.num_chains
-        example = ruler._vt_example(cfg, base_seed, count, min(cfg.icl_tokens, budget // 2))
-        build = ruler._vt_builder(cfg, sample_seed, example)
+        example = ruler.vt_example(cfg, base_seed, count, min(cfg.icl_tokens, budget // 2))
+        build = ruler.vt_builder(cfg, sample_seed, example)
     else:
         raise ValueError(f"task {task} is not trained")
     return _fitted_sample(
@@ -274,7 +274,7 @@ def make_sample(
         return recall_sample(tokenizer, prompt_tokens + RECALL_MAX_NEW_TOKENS, seed, task=task)
     if task in micro.TASK_CONFIGS:
         return micro.sample(task, tokenizer, prompt_tokens + micro.max_new_tokens(task), seed, essay=essay)
-    family = ruler._FAMILIES[ruler.TASK_CONFIGS[task].family]
+    family = ruler.FAMILIES[ruler.TASK_CONFIGS[task].family]
     return ruler_sample(task, tokenizer, prompt_tokens + family.max_new_tokens, seed, essay)
 
 
@@ -332,7 +332,7 @@ def tokenizer_corpus() -> list[str]:
     novel = load_haystack(TRAIN_HAYSTACK)
     texts = [p for p in novel.split("\n\n") if p.strip()]
     fake = _CharCounter()
-    essay = ruler._essay(novel)
+    essay = ruler.parse_essay(novel)
     rng = random.Random(12345)
     for i in range(300):
         for task in TASKS:
@@ -343,7 +343,7 @@ def tokenizer_corpus() -> list[str]:
     groups = [f"{i:03d}" for i in range(1000)] + [f"{i:02d}" for i in range(100)] + [str(i) for i in range(10)]
     texts.extend(" ".join(groups) for _ in range(20))
     # key words (RULER's adjective-noun keys) as whole tokens; uppercase variable names in pairs
-    adjectives, nouns = ruler._key_words()
+    adjectives, nouns = ruler.key_words()
     for _ in range(20):
         texts.append(" ".join(f"{a}-{rng.choice(nouns)}" for a in adjectives))
         texts.append(" ".join(f"{rng.choice(adjectives)}-{n}" for n in nouns))
@@ -442,14 +442,14 @@ def dense_keys_example(tokenizer: PreTrainedTokenizerBase, prompt_tokens: int, s
     rng = random.Random(f"dense_keys/{seed}")
     haystack, key_type, value_type = rng.choice(DENSE_HAYSTACKS)
     keys = {"needle": 1, "essay": rng.randint(2, 8), "noise": rng.randint(2, 4)}[haystack]
-    cfg = ruler._Niah(haystack, key_type, value_type, num_needle_k=keys)
-    family = ruler._FAMILIES["niah"]
-    build = ruler._niah_builder(cfg, f"dense_keys/{seed}", essay if haystack == "essay" else None)
+    cfg = ruler.Niah(haystack, key_type, value_type, num_needle_k=keys)
+    family = ruler.FAMILIES["niah"]
+    build = ruler.niah_builder(cfg, f"dense_keys/{seed}", essay if haystack == "essay" else None)
     try:
         sample = _fitted_sample(
             "dense_keys", build, tokenizer, prompt_tokens + family.max_new_tokens, seed, 0, family.max_new_tokens, keys
         )
-    except (ValueError, ruler._TooShort):
+    except (ValueError, ruler.TooShort):
         return None
     pairs = dict(NEEDLE_PATTERN.findall(sample.context))
     asked = sample.meta["keys"][0]
@@ -506,7 +506,7 @@ class TaskData:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
-        self.essay = ruler._essay(load_haystack(TRAIN_HAYSTACK))
+        self.essay = ruler.parse_essay(load_haystack(TRAIN_HAYSTACK))
         self.vocab_size = len(tokenizer)
         self._heldout: dict[tuple[str, int, int], list[Example]] = {}
 
@@ -519,7 +519,7 @@ class TaskData:
             return dense_keys_example(self.tokenizer, length, seed, essay)
         try:
             sample = make_sample(task, self.tokenizer, length, seed, essay)
-        except (ValueError, ruler._TooShort):
+        except (ValueError, ruler.TooShort):
             return None
         return encode(sample, self.tokenizer)
 

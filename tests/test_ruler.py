@@ -282,7 +282,7 @@ def test_short_haystack_is_repeated(tokenizer, tmp_path) -> None:
 
 
 def test_sentence_starts() -> None:
-    words, starts = ruler._essay_words_and_starts(ruler._essay('Mr. Knightley came. He said "No." Then left.'), 16)
+    words, starts = ruler.essay_words_and_starts(ruler.parse_essay('Mr. Knightley came. He said "No." Then left.'), 16)
     assert words[:3] == ["Mr.", "Knightley", "came."]
     assert starts == [0, 3, 6, 8, 11, 14]  # "Mr." is no sentence end; the text repeats after 8 words
 

@@ -62,7 +62,7 @@ def test_v1_recall_is_the_colon_drill(tokenizer) -> None:
 
 
 def test_dense_key_questions_supervise_each_named_keys_value(tokenizer) -> None:
-    essay = train.ruler._essay(load_haystack(train.TRAIN_HAYSTACK))
+    essay = train.ruler.parse_essay(load_haystack(train.TRAIN_HAYSTACK))
     checked = 0
     for seed in range(12):
         example = train.dense_keys_example(

@@ -32,7 +32,7 @@ Tasks (RULER counterpart: needle template / trained answer after the prefix's fi
 
 Keys are RULER's ``adjective-noun`` words, values RULER's 7-digit numbers, essays the bundled
 evaluation novel (or ``haystack``), prompts fitted to the model's own tokens exactly as RULER's
-are (:func:`eval.benchmarks.ruler._fit`). The answer prefix ends with the first cue (the key, or
+are (:func:`eval.benchmarks.ruler.fit_prompt`). The answer prefix ends with the first cue (the key, or
 the chain's value); the references are the values (names for ``micro_vt``), scored with RULER's
 ``string_match_all``. UUID needles (``niah_single_3``, ``niah_multikey_3``) are left out: copying
 a 17-token UUID is a capacity test, not a retrieval one.
@@ -107,7 +107,7 @@ def max_new_tokens(task: str) -> int:
 def _distinct_keys(rng: random.Random, count: int) -> list[str]:
     keys: list[str] = []
     while len(keys) < count:
-        key = ruler._random_value(rng, "words")
+        key = ruler.random_value(rng, "words")
         if key not in keys:
             keys.append(key)
     return keys
@@ -158,21 +158,21 @@ def _plan(task: str, rng: random.Random) -> _Plan:
     cfg = _config(task)
     if cfg.kind == "single":
         keys = _distinct_keys(rng, cfg.keys)
-        values = [ruler._random_value(rng, "numbers") for _ in keys]
+        values = [ruler.random_value(rng, "numbers") for _ in keys]
         pick = rng.randrange(len(keys))
         needles = [f"{k} {v}." for k, v in zip(keys, values, strict=True)]
         key = keys[pick]
         return _Plan(needles, f"\nWhat is the number for {key}?", f"\nAnswer: {key}", [values[pick]], [key], [key])
     if cfg.kind == "multivalue":
         (key,) = _distinct_keys(rng, 1)
-        values = [ruler._random_value(rng, "numbers") for _ in range(QUERIES)]
+        values = [ruler.random_value(rng, "numbers") for _ in range(QUERIES)]
         cues = [f"{key} #{i + 1}" for i in range(QUERIES)]
         needles = [f"{cue} {v}." for cue, v in zip(cues, values, strict=True)]
         question = f"\nWhat are the {QUERIES} numbers for {key}?"
         return _Plan(needles, question, f"\nAnswer: {cues[0]}", values, cues, [key])
     if cfg.kind == "multiquery":
         keys = _distinct_keys(rng, cfg.keys)
-        values = [ruler._random_value(rng, "numbers") for _ in keys]
+        values = [ruler.random_value(rng, "numbers") for _ in keys]
         needles = [f"{k} {v}." for k, v in zip(keys, values, strict=True)]
         order = list(range(len(keys)))
         rng.shuffle(order)
@@ -199,14 +199,14 @@ def passkey_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed
     return sample("passkey", tokenizer, context_length, seed, index)
 
 
-def _passkey_builder(seed: str) -> Callable[[int], ruler._Draft]:
+def _passkey_builder(seed: str) -> Callable[[int], ruler.Draft]:
     key = str(random.Random(seed).randint(10000, 99999))
     depth = random.Random(seed + "/depth").random()
 
-    def build(n: int) -> ruler._Draft:
+    def build(n: int) -> ruler.Draft:
         at = round(depth * n)
         pieces = [PASSKEY_NOISE] * at + [PASSKEY_NEEDLE.format(key=key)] + [PASSKEY_NOISE] * (n - at)
-        return ruler._Draft(
+        return ruler.Draft(
             context=PASSKEY_PREAMBLE + " " + " ".join(pieces),
             question=PASSKEY_QUESTION,
             answer_prefix=PASSKEY_ANSWER_PREFIX,
@@ -217,31 +217,31 @@ def _passkey_builder(seed: str) -> Callable[[int], ruler._Draft]:
     return build
 
 
-def _builder(task: str, seed: str, essay: ruler._Essay | None) -> Callable[[int], ruler._Draft]:
+def _builder(task: str, seed: str, essay: ruler.Essay | None) -> Callable[[int], ruler.Draft]:
     """``build(n)``: the prompt with ``n`` haystack units (words or lines), placed as RULER places needles."""
     cfg = _config(task)
 
-    def build(n: int) -> ruler._Draft:
+    def build(n: int) -> ruler.Draft:
         rng = random.Random(seed)
         plan = _plan(task, rng)
         needles = list(plan.needles)
         rng.shuffle(needles)
         if cfg.haystack == "essay":
             assert essay is not None
-            context, depths = ruler._essay_with_needles(essay, n, needles, rng)
+            context, depths = ruler.essay_with_needles(essay, n, needles, rng)
         else:
             if cfg.haystack == "needle":
                 taken = set(plan.keys)
                 lines = []
                 for _ in range(n):
-                    key = ruler._random_value(rng, "words")
+                    key = ruler.random_value(rng, "words")
                     while key in taken:
-                        key = ruler._random_value(rng, "words")
-                    lines.append(f"{key} {ruler._random_value(rng, 'numbers')}.")
+                        key = ruler.random_value(rng, "words")
+                    lines.append(f"{key} {ruler.random_value(rng, 'numbers')}.")
             else:
                 lines = [NOISE_SENTENCE] * n
-            context, depths = ruler._lines_with_needles(lines, needles, rng)
-        return ruler._Draft(
+            context, depths = ruler.lines_with_needles(lines, needles, rng)
+        return ruler.Draft(
             context=context,
             question=plan.question,
             answer_prefix=plan.answer_prefix,
@@ -259,11 +259,11 @@ def sample(
     context_length: int,
     seed: int,
     index: int = 0,
-    essay: ruler._Essay | None = None,
+    essay: ruler.Essay | None = None,
 ) -> Sample:
     """Prompt ``index`` of ``task`` from ``seed``: the longest that leaves the answer room in ``context_length``.
 
-    ``essay`` (a ``ruler._Essay``) is the essay haystack (default: the bundled evaluation novel);
+    ``essay`` (a ``ruler.Essay``) is the essay haystack (default: the bundled evaluation novel);
     training passes windows of its own novel.
     """
     cfg = _config(task)
@@ -274,13 +274,13 @@ def sample(
         build, n_min = _passkey_builder(f"passkey/{seed}/{index}"), 0
     else:
         if cfg.haystack == "essay" and essay is None:
-            essay = ruler._essay(load_haystack(None))
+            essay = ruler.parse_essay(load_haystack(None))
         sample_seed = f"micro/{task}/{seed}/{index}"
         build = _builder(task, sample_seed, essay)
         n_min = 0 if cfg.haystack == "essay" else len(_plan(task, random.Random(sample_seed)).needles)
     try:
-        fit = ruler._fit(build, ruler._TokenCounter(tokenizer), budget, n_min, 4 * budget + 16)
-    except ruler._TooShort as exc:
+        fit = ruler.fit_prompt(build, ruler.TokenCounter(tokenizer), budget, n_min, 4 * budget + 16)
+    except ruler.TooShort as exc:
         raise ValueError(
             f"micro task {task} cannot fit in context_length={context_length}: its smallest prompt has "
             f"{exc.tokens} tokens but the budget is {budget} ({cfg.max_new_tokens} reserved for the answer)"
@@ -306,7 +306,7 @@ def generate(
     haystack: str | Path | None = None,
 ) -> list[Sample]:
     """``num_samples`` prompts of ``task`` at ``context_length`` tokens (prompt plus answer room)."""
-    essay = ruler._essay(load_haystack(haystack)) if _config(task).haystack == "essay" else None
+    essay = ruler.parse_essay(load_haystack(haystack)) if _config(task).haystack == "essay" else None
     samples = [sample(task, tokenizer, context_length, seed, i, essay) for i in range(num_samples)]
     for s in samples:
         s.meta["haystack"] = haystack_name(haystack) if essay is not None else _config(task).haystack

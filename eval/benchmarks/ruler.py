@@ -93,15 +93,15 @@ _HOW_TO_GET_QA = "run `python scripts/download_data.py ruler_qa`"
 
 
 @dataclass(frozen=True)
-class _Family:
+class Family:
     template: str
     answer_prefix: str
     max_new_tokens: int
     metric: str
 
 
-_FAMILIES: dict[str, _Family] = {
-    "niah": _Family(
+FAMILIES: dict[str, Family] = {
+    "niah": Family(
         template=(
             "Some special magic {type_needle_v} are hidden within the following text. Make sure to "
             "memorize it. I will quiz you about the {type_needle_v} afterwards.\n{context}\nWhat are "
@@ -111,7 +111,7 @@ _FAMILIES: dict[str, _Family] = {
         max_new_tokens=128,
         metric="string_match_all",
     ),
-    "variable_tracking": _Family(
+    "variable_tracking": Family(
         template=(
             "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
             "{context}\nQuestion: Find all variables that are assigned the value {query} in the text "
@@ -124,7 +124,7 @@ _FAMILIES: dict[str, _Family] = {
         max_new_tokens=30,
         metric="string_match_all",
     ),
-    "common_words_extraction": _Family(
+    "common_words_extraction": Family(
         template=(
             "Below is a numbered list of words. In these words, some appear more often than others. "
             "Memorize the ones that appear most often.\n{context}\nQuestion: What are the 10 most "
@@ -134,7 +134,7 @@ _FAMILIES: dict[str, _Family] = {
         max_new_tokens=120,
         metric="string_match_all",
     ),
-    "freq_words_extraction": _Family(
+    "freq_words_extraction": Family(
         template=(
             "Read the following coded text and track the frequency of each coded word. Find the three "
             "most frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. "
@@ -145,7 +145,7 @@ _FAMILIES: dict[str, _Family] = {
         max_new_tokens=50,
         metric="string_match_all",
     ),
-    "qa": _Family(
+    "qa": Family(
         template=(
             "Answer the question based on the given documents. Only give me the answer and do not "
             "output any other words.\n\nThe following are given documents.\n\n{context}\n\nAnswer the "
@@ -164,7 +164,7 @@ _FAMILIES: dict[str, _Family] = {
 
 
 @dataclass(frozen=True)
-class _Niah:
+class Niah:
     type_haystack: str  # "noise" | "essay" | "needle"
     type_needle_k: str  # "words" | "numbers" | "uuids"
     type_needle_v: str
@@ -175,7 +175,7 @@ class _Niah:
 
 
 @dataclass(frozen=True)
-class _VariableTracking:
+class VariableTracking:
     num_chains: int = 1
     num_hops: int = 4
     type_haystack: str = "noise"
@@ -205,18 +205,18 @@ class _QA:
     family: str = "qa"
 
 
-_TaskConfig = _Niah | _VariableTracking | _CommonWords | _FreqWords | _QA
+_TaskConfig = Niah | VariableTracking | _CommonWords | _FreqWords | _QA
 
 TASK_CONFIGS: dict[str, _TaskConfig] = {
-    "niah_single_1": _Niah("noise", "words", "numbers"),
-    "niah_single_2": _Niah("essay", "words", "numbers"),
-    "niah_single_3": _Niah("essay", "words", "uuids"),
-    "niah_multikey_1": _Niah("essay", "words", "numbers", num_needle_k=4),
-    "niah_multikey_2": _Niah("needle", "words", "numbers"),
-    "niah_multikey_3": _Niah("needle", "uuids", "uuids"),
-    "niah_multivalue": _Niah("essay", "words", "numbers", num_needle_v=4),
-    "niah_multiquery": _Niah("essay", "words", "numbers", num_needle_q=4),
-    "vt": _VariableTracking(num_chains=1, num_hops=4),
+    "niah_single_1": Niah("noise", "words", "numbers"),
+    "niah_single_2": Niah("essay", "words", "numbers"),
+    "niah_single_3": Niah("essay", "words", "uuids"),
+    "niah_multikey_1": Niah("essay", "words", "numbers", num_needle_k=4),
+    "niah_multikey_2": Niah("needle", "words", "numbers"),
+    "niah_multikey_3": Niah("needle", "uuids", "uuids"),
+    "niah_multivalue": Niah("essay", "words", "numbers", num_needle_v=4),
+    "niah_multiquery": Niah("essay", "words", "numbers", num_needle_q=4),
+    "vt": VariableTracking(num_chains=1, num_hops=4),
     "cwe": _CommonWords(freq_cw=30, freq_ucw=3, num_cw=10),
     "fwe": _FreqWords(alpha=2.0),
     "qa_1": _QA("squad"),
@@ -257,7 +257,7 @@ class RulerData:
 
 
 @dataclass
-class _Draft:
+class Draft:
     """One candidate prompt, before it becomes a :class:`Sample`."""
 
     context: str
@@ -283,7 +283,7 @@ def _word_list(name: str) -> tuple[str, ...]:
     return tuple(sorted({w.strip() for w in text.splitlines() if w.strip()}))
 
 
-def _key_words() -> tuple[tuple[str, ...], tuple[str, ...]]:
+def key_words() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return _word_list("adjectives.txt"), _word_list("nouns.txt")
 
 
@@ -308,7 +308,7 @@ def _prefix_sample(rng: random.Random, population: Sequence[Any], k: int) -> lis
 # --------------------------------------------------------------------------------------------
 
 
-class _TokenCounter:
+class TokenCounter:
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
 
@@ -317,9 +317,9 @@ class _TokenCounter:
 
 
 @dataclass
-class _Fit:
+class Fit:
     n: int
-    draft: _Draft
+    draft: Draft
     tokens: int
     slope: float
 
@@ -349,22 +349,22 @@ class _Fit:
         )
 
 
-def _fit(
-    build: Callable[[int], _Draft],
+def fit_prompt(
+    build: Callable[[int], Draft],
     count: Callable[[str], int],
     budget: int,
     n_min: int,
     n_max: int,
     guess: int | None = None,
     slope: float | None = None,
-) -> _Fit:
+) -> Fit:
     """Largest ``n`` in ``[n_min, n_max]`` with ``count(build(n).prompt) <= budget``.
 
     Treats the token count as increasing in ``n`` (it is, up to tokenizer merges at the seams).
     Starts at ``guess`` and steps by the estimated tokens-per-unit ``slope`` until the budget is
     bracketed, then narrows the bracket by interpolation, bisecting every third step.
     """
-    seen: dict[int, tuple[_Draft, int]] = {}
+    seen: dict[int, tuple[Draft, int]] = {}
     history: list[tuple[int, int]] = []
 
     def evaluate(n: int) -> int:
@@ -377,10 +377,10 @@ def _fit(
     if guess is None or slope is None:
         t0 = evaluate(n_min)
         if t0 > budget:
-            raise _TooShort(t0)
+            raise TooShort(t0)
         n1 = min(n_max, max(2 * n_min, n_min + 16))
         if n1 == n_min:
-            return _Fit(n_min, seen[n_min][0], t0, 1.0)
+            return Fit(n_min, seen[n_min][0], t0, 1.0)
         t1 = evaluate(n1)
         slope = max((t1 - t0) / (n1 - n_min), 1e-3)
         guess = n_min + int((budget - t0) / slope)
@@ -404,7 +404,7 @@ def _fit(
         if lo is not None and (lo == n_max or (hi is not None and hi - lo <= 1)):
             break
         if lo is None and hi == n_min:
-            raise _TooShort(seen[n_min][1])
+            raise TooShort(seen[n_min][1])
         if lo is not None and hi is not None:
             steps += 1
             t_lo, t_hi = seen[lo][1], seen[hi][1]
@@ -428,10 +428,10 @@ def _fit(
         raise RuntimeError("length search did not converge")
     assert lo is not None
     draft, tokens = seen[lo]
-    return _Fit(lo, draft, tokens, slope)
+    return Fit(lo, draft, tokens, slope)
 
 
-class _TooShort(Exception):
+class TooShort(Exception):
     def __init__(self, tokens: int) -> None:
         super().__init__(tokens)
         self.tokens = tokens
@@ -461,22 +461,22 @@ def _ends_sentence(word: str, next_word: str) -> bool:
 
 
 @dataclass(frozen=True)
-class _Essay:
+class Essay:
     words: tuple[str, ...]
     ends: tuple[int, ...]  # word indices after which a sentence ends (wrapping around at the end)
 
 
 @lru_cache(maxsize=4)
-def _essay(text: str) -> _Essay:
+def parse_essay(text: str) -> Essay:
     words = tuple(re.sub(r"\s+", " ", text).strip().split(" "))
     if not words or words == ("",):
         raise ValueError("the essay haystack is empty")
     size = len(words)
     ends = tuple(i for i in range(size) if _ends_sentence(words[i], words[(i + 1) % size]))
-    return _Essay(words, ends)
+    return Essay(words, ends)
 
 
-def _essay_words_and_starts(essay: _Essay, n: int) -> tuple[list[str], list[int]]:
+def essay_words_and_starts(essay: Essay, n: int) -> tuple[list[str], list[int]]:
     """The first ``n`` words (repeating the text if needed) and the sentence start indices."""
     size = len(essay.words)
     reps = -(-n // size) if n else 0
@@ -493,26 +493,26 @@ def _essay_words_and_starts(essay: _Essay, n: int) -> tuple[list[str], list[int]
 
 
 # --------------------------------------------------------------------------------------------
-# Task builders. Each returns ``build(n) -> _Draft`` for one sample; the sample's random choices
+# Task builders. Each returns ``build(n) -> Draft`` for one sample; the sample's random choices
 # are re-drawn from the same seed on every call, so ``build`` is a pure function of ``n``.
 # --------------------------------------------------------------------------------------------
 
 
-def _random_value(rng: random.Random, kind: str) -> str:
+def random_value(rng: random.Random, kind: str) -> str:
     if kind == "numbers":
         return str(rng.randint(10**6, 10**7 - 1))
     if kind == "words":
-        adjectives, nouns = _key_words()
+        adjectives, nouns = key_words()
         return f"{rng.choice(adjectives)}-{rng.choice(nouns)}"
     if kind == "uuids":
         return str(uuid.UUID(int=rng.getrandbits(128), version=4))
     raise ValueError(f"unknown needle type {kind!r}")
 
 
-def _essay_with_needles(essay: _Essay, n: int, needles: list[str], rng: random.Random) -> tuple[str, list[float]]:
+def essay_with_needles(essay: Essay, n: int, needles: list[str], rng: random.Random) -> tuple[str, list[float]]:
     """The first ``n`` essay words with ``needles`` at sentence starts of random depths (RULER's placement)."""
     chosen = sorted(rng.sample(DEPTHS, len(needles)))
-    words, starts = _essay_words_and_starts(essay, n)
+    words, starts = essay_words_and_starts(essay, n)
     sentence_index = [int(len(starts) * d / 100) for d in chosen]
     cuts = [starts[k] if k < len(starts) else n for k in sentence_index]
     pieces: list[str] = []
@@ -527,7 +527,7 @@ def _essay_with_needles(essay: _Essay, n: int, needles: list[str], rng: random.R
     return " ".join(pieces), [d / 100 for d in chosen]
 
 
-def _lines_with_needles(lines: list[str], needles: list[str], rng: random.Random) -> tuple[str, list[float]]:
+def lines_with_needles(lines: list[str], needles: list[str], rng: random.Random) -> tuple[str, list[float]]:
     """``lines`` with ``needles`` inserted at random distinct positions, joined by newlines (RULER's placement)."""
     n = len(lines)
     lines = list(lines)
@@ -537,8 +537,8 @@ def _lines_with_needles(lines: list[str], needles: list[str], rng: random.Random
     return "\n".join(lines), sorted(p / n for p in positions)
 
 
-def _niah_builder(cfg: _Niah, seed: str, essay: _Essay | None) -> Callable[[int], _Draft]:
-    family = _FAMILIES["niah"]
+def niah_builder(cfg: Niah, seed: str, essay: Essay | None) -> Callable[[int], Draft]:
+    family = FAMILIES["niah"]
     num_k = max(cfg.num_needle_k, cfg.num_needle_q)
     template, answer_prefix, type_v = family.template, family.answer_prefix, cfg.type_needle_v
     if cfg.num_needle_q * cfg.num_needle_v == 1:
@@ -549,17 +549,17 @@ def _niah_builder(cfg: _Niah, seed: str, essay: _Essay | None) -> Callable[[int]
         type_v = type_v[:-1]
     head, tail = _split_template(template)
 
-    def build(n: int) -> _Draft:
+    def build(n: int) -> Draft:
         rng = random.Random(seed)
         keys: list[str] = []
         values: list[list[str]] = []
         needles: list[str] = []
         for _ in range(num_k):
-            key = _random_value(rng, cfg.type_needle_k)
+            key = random_value(rng, cfg.type_needle_k)
             while key in keys:
-                key = _random_value(rng, cfg.type_needle_k)
+                key = random_value(rng, cfg.type_needle_k)
             keys.append(key)
-            values.append([_random_value(rng, cfg.type_needle_v) for _ in range(cfg.num_needle_v)])
+            values.append([random_value(rng, cfg.type_needle_v) for _ in range(cfg.num_needle_v)])
             needles.extend(
                 NEEDLE_TEMPLATE.format(type_needle_v=cfg.type_needle_v, key=key, value=v) for v in values[-1]
             )
@@ -572,23 +572,23 @@ def _niah_builder(cfg: _Niah, seed: str, essay: _Essay | None) -> Callable[[int]
         depths: list[float]
         if cfg.type_haystack == "essay":
             assert essay is not None
-            haystack, depths = _essay_with_needles(essay, n, needles, rng)
+            haystack, depths = essay_with_needles(essay, n, needles, rng)
         else:
             if cfg.type_haystack == "noise":
                 lines = [NOISE_SENTENCE] * n
             elif cfg.type_haystack == "needle":
                 lines = []
                 for _ in range(n):
-                    key = _random_value(rng, cfg.type_needle_k)
+                    key = random_value(rng, cfg.type_needle_k)
                     while key in keys:
-                        key = _random_value(rng, cfg.type_needle_k)
-                    value = _random_value(rng, cfg.type_needle_v)
+                        key = random_value(rng, cfg.type_needle_k)
+                    value = random_value(rng, cfg.type_needle_v)
                     lines.append(NEEDLE_TEMPLATE.format(type_needle_v=cfg.type_needle_v, key=key, value=value))
             else:
                 raise ValueError(f"unknown haystack type {cfg.type_haystack!r}")
-            haystack, depths = _lines_with_needles(lines, needles, rng)
+            haystack, depths = lines_with_needles(lines, needles, rng)
         fields = {"type_needle_v": type_v, "query": query}
-        return _Draft(
+        return Draft(
             context=head.format(**fields) + haystack,
             question=tail.format(**fields),
             answer_prefix=answer_prefix.format(**fields),
@@ -631,15 +631,15 @@ def _vt_render(chains: list[list[str]], rng: random.Random, n: int) -> tuple[str
     return "\n".join(lines).replace(". \n", ".\n"), depths
 
 
-def _vt_example(
-    cfg: _VariableTracking, seed: str, count: Callable[[str], int], budget: int
+def vt_example(
+    cfg: VariableTracking, seed: str, count: Callable[[str], int], budget: int
 ) -> Callable[[random.Random], str]:
     """RULER's in-context example: a complete short vt prompt with its answer.
 
     Fitted once per generation run; each sample then re-draws the variable names and the value
     (RULER's ``randomize_icl``).
     """
-    family = _FAMILIES["variable_tracking"]
+    family = FAMILIES["variable_tracking"]
     head, tail = _split_template(family.template)
     num_hops = min(10, cfg.num_hops)
 
@@ -655,29 +655,29 @@ def _vt_example(
     layout_seed = seed + "-icl"
     n_min = (num_hops + 1) * cfg.num_chains
 
-    def build(n: int) -> _Draft:
-        return _Draft(render(n, None, layout_seed), "", "", [])
+    def build(n: int) -> Draft:
+        return Draft(render(n, None, layout_seed), "", "", [])
 
     try:
-        fit = _fit(build, count, budget, n_min, 4 * budget + 16)
+        fit = fit_prompt(build, count, budget, n_min, 4 * budget + 16)
         n_icl = fit.n
-    except _TooShort:
+    except TooShort:
         n_icl = n_min
     return lambda rng: render(n_icl, rng, layout_seed)
 
 
-def _vt_builder(cfg: _VariableTracking, seed: str, example: Callable[[random.Random], str]) -> Callable[[int], _Draft]:
-    family = _FAMILIES["variable_tracking"]
+def vt_builder(cfg: VariableTracking, seed: str, example: Callable[[random.Random], str]) -> Callable[[int], Draft]:
+    family = FAMILIES["variable_tracking"]
     head, tail = _split_template(family.template)
 
-    def build(n: int) -> _Draft:
+    def build(n: int) -> Draft:
         rng = random.Random(seed)
         icl = example(rng)
         all_vars, chains = _vt_chains(rng, cfg.num_chains, cfg.num_hops, 5, None)
         value = chains[0][0].split("=")[-1].strip()
         context, depths = _vt_render(chains, rng, n)
         fields = {"query": value, "num_v": cfg.num_hops + 1}
-        return _Draft(
+        return Draft(
             context=icl + "\n" + head + context,
             question=tail.format(**fields),
             answer_prefix=family.answer_prefix.format(**fields),
@@ -692,8 +692,8 @@ def _numbered(words: Sequence[str]) -> str:
     return " ".join(f"{i + 1}. {w}" for i, w in enumerate(words))
 
 
-def _cwe_builder(cfg: _CommonWords, seed: str, context_length: int) -> Callable[[int], _Draft]:
-    family = _FAMILIES["common_words_extraction"]
+def _cwe_builder(cfg: _CommonWords, seed: str, context_length: int) -> Callable[[int], Draft]:
+    family = FAMILIES["common_words_extraction"]
     head, tail = _split_template(family.template)
     small = _common_words()
     large = _word_list("english_words.txt")
@@ -708,7 +708,7 @@ def _cwe_builder(cfg: _CommonWords, seed: str, context_length: int) -> Callable[
         rng.shuffle(listing)
         return _numbered(listing), common
 
-    def build(n: int) -> _Draft:
+    def build(n: int) -> Draft:
         rng = random.Random(seed)
         shots = []
         for _ in range(cfg.num_fewshot):
@@ -716,7 +716,7 @@ def _cwe_builder(cfg: _CommonWords, seed: str, context_length: int) -> Callable[
             shots.append(head + shot_context + tail + family.answer_prefix + " " + _numbered(shot_answer))
         pool = small if n <= len(small) else large
         context, answer = example(rng, _prefix_sample(rng, pool, n), main_cw, main_ucw)
-        return _Draft(
+        return Draft(
             context="\n".join(shots) + "\n" + head + context,
             question=tail,
             answer_prefix=family.answer_prefix,
@@ -733,13 +733,13 @@ def _zeta(s: float) -> float:
     return head + n ** (1 - s) / (s - 1) + 0.5 * n**-s + s * n ** (-s - 1) / 12
 
 
-def _fwe_builder(cfg: _FreqWords, seed: str, budget: int) -> Callable[[int], _Draft]:
-    family = _FAMILIES["freq_words_extraction"]
+def _fwe_builder(cfg: _FreqWords, seed: str, budget: int) -> Callable[[int], Draft]:
+    family = FAMILIES["freq_words_extraction"]
     head, tail = _split_template(family.template)
     vocab_size = max(budget // 50, 5)  # RULER: (max_seq_length - tokens_to_generate) // 50
     zeta = _zeta(cfg.alpha)
 
-    def build(n: int) -> _Draft:
+    def build(n: int) -> Draft:
         rng = random.Random(seed)
         vocab_set: set[str] = set()
         while len(vocab_set) < vocab_size:
@@ -751,7 +751,7 @@ def _fwe_builder(cfg: _FreqWords, seed: str, budget: int) -> Callable[[int], _Dr
         for rank, word in enumerate(vocab, start=1):
             words.extend([word] * int(n * rank**-cfg.alpha / zeta))
         rng.shuffle(words)
-        return _Draft(
+        return Draft(
             context=head + " ".join(words),
             question=tail,
             answer_prefix=family.answer_prefix,
@@ -899,14 +899,14 @@ def _read_hotpotqa(path: Path) -> _QAData:
         return _hotpot_from_records(json.load(f))
 
 
-def _qa_builder(qa: _QAData, index: int, seed: str) -> Callable[[int], _Draft]:
-    family = _FAMILIES["qa"]
+def _qa_builder(qa: _QAData, index: int, seed: str) -> Callable[[int], Draft]:
+    family = FAMILIES["qa"]
     head, tail = _split_template(family.template)
     item = qa.questions[index % len(qa.questions)]
     total = len(qa.docs)
     excluded = set(item.gold) | set(item.related)
 
-    def build(n: int) -> _Draft:
+    def build(n: int) -> Draft:
         rng = random.Random(seed)
         related = list(item.related)
         rng.shuffle(related)
@@ -921,7 +921,7 @@ def _qa_builder(qa: _QAData, index: int, seed: str) -> Callable[[int], _Draft]:
         rng.shuffle(chosen)
         context = "\n\n".join(DOCUMENT_TEMPLATE.format(i=i + 1, document=qa.docs[d]) for i, d in enumerate(chosen))
         depths = sorted({chosen.index(g) / len(chosen) for g in item.gold if g in chosen})
-        return _Draft(
+        return Draft(
             context=head + context,
             question=tail.format(query=item.query),
             answer_prefix=family.answer_prefix,
@@ -939,7 +939,7 @@ def _qa_builder(qa: _QAData, index: int, seed: str) -> Callable[[int], _Draft]:
 
 def max_new_tokens(task: str) -> int:
     """RULER's generation length for ``task``."""
-    return _FAMILIES[_config(task).family].max_new_tokens
+    return FAMILIES[_config(task).family].max_new_tokens
 
 
 def _config(task: str) -> _TaskConfig:
@@ -964,30 +964,30 @@ def generate(
     """
     cfg = _config(task)
     data = data or RulerData()
-    family = _FAMILIES[cfg.family]
+    family = FAMILIES[cfg.family]
     budget = context_length - family.max_new_tokens
     if budget <= 0:
         raise ValueError(f"context_length {context_length} leaves no room for {task}'s prompt")
-    count = _TokenCounter(tokenizer)
+    count = TokenCounter(tokenizer)
     base_seed = f"ruler/{task}/{seed}"
     haystack_label: str
     qa: _QAData | None = None
-    essay: _Essay | None = None
+    essay: Essay | None = None
     example: Callable[[random.Random], str] | None = None
     n_min, n_max = 1, 4 * budget + 16
 
-    if isinstance(cfg, _Niah):
+    if isinstance(cfg, Niah):
         n_min = 0 if cfg.type_haystack == "essay" else max(cfg.num_needle_k, cfg.num_needle_q) * cfg.num_needle_v
         if cfg.type_haystack == "essay":
-            essay = _essay(load_haystack(data.haystack))
+            essay = parse_essay(load_haystack(data.haystack))
             haystack_label = haystack_name(data.haystack)
         else:
             haystack_label = cfg.type_haystack
-    elif isinstance(cfg, _VariableTracking):
+    elif isinstance(cfg, VariableTracking):
         haystack_label = "noise"
         n_min = (cfg.num_hops + 1) * cfg.num_chains
         icl_budget = min(cfg.icl_tokens, budget // 2)
-        example = _vt_example(cfg, base_seed, count, icl_budget)
+        example = vt_example(cfg, base_seed, count, icl_budget)
     elif isinstance(cfg, _CommonWords):
         haystack_label = "words"
         n_min, n_max = cfg.num_cw, len(_word_list("english_words.txt"))
@@ -1004,12 +1004,12 @@ def generate(
     slope: float | None = None
     for i in range(num_samples):
         sample_seed = f"{base_seed}/{i}"
-        build: Callable[[int], _Draft]
-        if isinstance(cfg, _Niah):
-            build = _niah_builder(cfg, sample_seed, essay)
-        elif isinstance(cfg, _VariableTracking):
+        build: Callable[[int], Draft]
+        if isinstance(cfg, Niah):
+            build = niah_builder(cfg, sample_seed, essay)
+        elif isinstance(cfg, VariableTracking):
             assert example is not None
-            build = _vt_builder(cfg, sample_seed, example)
+            build = vt_builder(cfg, sample_seed, example)
         elif isinstance(cfg, _CommonWords):
             build = _cwe_builder(cfg, sample_seed, context_length)
         elif isinstance(cfg, _FreqWords):
@@ -1019,8 +1019,8 @@ def generate(
             build = _qa_builder(qa, i, sample_seed)
             n_min = len(qa.questions[i % len(qa.questions)].gold)
         try:
-            fit = _fit(build, count, budget, n_min, n_max, guess, slope)
-        except _TooShort as exc:
+            fit = fit_prompt(build, count, budget, n_min, n_max, guess, slope)
+        except TooShort as exc:
             raise ValueError(
                 f"RULER {task} cannot fit in context_length={context_length}: its smallest prompt has "
                 f"{exc.tokens} tokens but the budget is {budget} ({context_length} minus "

@@ -14,12 +14,9 @@ from collections.abc import Callable
 
 import torch
 
+from restkv.devices import synchronize
+
 GB = 1e9
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _median_seconds(run: Callable[[], object], device: torch.device, repeats: int) -> float:

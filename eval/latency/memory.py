@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from eval.latency.bounds import synchronize
+from restkv.devices import synchronize
 
 CPU_METHOD = (
     "process peak RSS (VmHWM, reset via /proc/self/clear_refs) minus RSS after model construction, "

@@ -12,10 +12,10 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig, PretrainedConfig
 
 from eval.configs import CONFIGS, config_file
+from restkv.devices import DTYPES, pick_device, torch_dtype
 from restkv.integrate import DECODE_KERNELS
 
 REPO = CONFIGS.parent
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CACHES = ("dynamic", "preallocated")
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
@@ -101,12 +101,10 @@ class Settings:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        return torch_dtype(self.dtype, "latency.dtype")
 
     def resolved_device(self) -> torch.device:
-        if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        return pick_device(self.device, "latency.device")
 
     def json_path(self) -> Path:
         out = Path(self.out_dir)

@@ -14,30 +14,12 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from baselines.full import FullCache
-from eval.latency.bounds import synchronize
 from eval.latency.modeling import cache_bytes, synthetic_cache
+from restkv.devices import synchronize
 from restkv.integrate import KVCompressor
 from restkv.policy import Policy
 
 FULL = "full"
-
-
-class TimedCompressor(KVCompressor):
-    """`KVCompressor` that also times each layer's eviction alone, device work included.
-
-    The device is synchronised before an eviction (so the layer's pending attention is not
-    counted) and after it; ``eviction_seconds`` sums the layers. On a CPU both syncs are no-ops.
-    """
-
-    eviction_seconds: float = 0.0
-
-    def _evict(self, module: Any, cache: Any, layer_cache: Any, queries: torch.Tensor) -> None:
-        device = queries.device
-        synchronize(device)
-        start = time.perf_counter()
-        super()._evict(module, cache, layer_cache, queries)
-        synchronize(device)
-        self.eviction_seconds += time.perf_counter() - start
 
 
 @dataclass
@@ -60,22 +42,22 @@ def forward(model: PreTrainedModel, ids: torch.Tensor, cache: DynamicCache, star
 
 def compressor_for(
     model: PreTrainedModel, policy: Policy, budget: int | None, reserve: int, decode_kernel: str = "model"
-) -> TimedCompressor:
+) -> KVCompressor:
+    """A compressor that times each layer's eviction alone, device work included (``timed``)."""
     budget = budget if budget is not None else 1 << 30
-    return TimedCompressor(model, policy, budget, decode_reserve=reserve, decode_kernel=decode_kernel)
+    return KVCompressor(model, policy, budget, decode_reserve=reserve, decode_kernel=decode_kernel, timed=True)
 
 
 @torch.no_grad()
-def prefill(model: PreTrainedModel, ids: torch.Tensor, compressor: TimedCompressor) -> tuple[PrefillRun, DynamicCache]:
+def prefill(model: PreTrainedModel, ids: torch.Tensor, compressor: KVCompressor) -> tuple[PrefillRun, DynamicCache]:
     """Time one prefill (eviction at its end included); ``compressor`` must be entered."""
     cache = DynamicCache(config=model.config)
-    compressor.eviction_seconds = 0.0
     synchronize(ids.device)
     start = time.perf_counter()
     forward(model, ids, cache, 0)
     synchronize(ids.device)
     seconds = time.perf_counter() - start
-    return PrefillRun(seconds, compressor.eviction_seconds, cache_bytes(cache)), cache
+    return PrefillRun(seconds, compressor.record.eviction_seconds, cache_bytes(cache)), cache
 
 
 @torch.no_grad()
