@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from eval.benchmarks.base import Sample
+from eval.sample import Sample
 
 
 @dataclass

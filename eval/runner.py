@@ -11,11 +11,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from eval.benchmarks.base import Sample
-from eval.generation import PROTOCOLS, answer
+from eval.evaluation import Evaluation, Session
+from eval.generation import PROTOCOLS
 from eval.models import ModelSpec, eos_token_ids, load_model, load_tokenizer, weights_fingerprint
 from eval.prompting import tokenize
 from eval.results import PredictionLog, format_table, run_folder, summarize, write_metrics
+from eval.sample import Sample
 from restkv import Budget, compress
 from restkv.devices import pick_device
 
@@ -81,32 +82,6 @@ def check_weights(folder: Path, fingerprint: str | None) -> None:
     saved.write_text(fingerprint + "\n")
 
 
-def evaluate(
-    benchmark: Any,
-    model: Any,
-    tokenizer: Any,
-    sample: Sample,
-    prompt: Any,
-    compressor: Any,
-    protocol: str,
-    eos: set[int],
-) -> dict[str, Any]:
-    """Answer and score one sample; benchmarks with ``evaluate_sample`` (e.g. fidelity) do it themselves."""
-    custom = getattr(benchmark, "evaluate_sample", None)
-    if custom is not None:
-        return custom(model, tokenizer, sample, prompt, compressor, protocol, eos)
-    reply = answer(model, prompt, compressor, protocol, sample.max_new_tokens, eos)
-    prediction = tokenizer.decode(reply.tokens, skip_special_tokens=True)
-    return {
-        "prediction": prediction,
-        "score": float(benchmark.score(sample, prediction)),
-        "kept_tokens": reply.kept_tokens,
-        "prefill_seconds": round(reply.prefill_seconds, 4),
-        "decode_seconds": round(reply.decode_seconds, 4),
-        "new_tokens": len(reply.tokens),
-    }
-
-
 def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": sample.id,
@@ -127,6 +102,7 @@ def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
     budget = Budget(cfg.budget)
     policy = instantiate(cfg.policy, _convert_="all")
     benchmark = instantiate(cfg.bench, _convert_="all")
+    evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
     spec = model_spec(cfg.model)
     folder = prepare_folder(cfg, settings, budget, weights_fingerprint(spec))
 
@@ -145,9 +121,10 @@ def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
             eos = eos_token_ids(model, tokenizer)
             bar = tqdm(todo, desc=f"{settings.bench}/{settings.policy}@{budget}", unit="sample", dynamic_ncols=True)
             with compress(model, policy, budget) as compressor:
+                session = Session(model, tokenizer, compressor, cfg.protocol, eos)
                 for sample in bar:
                     prompt = tokenize(sample, tokenizer, spec.chat_template, spec.max_context)
-                    outcome = evaluate(benchmark, model, tokenizer, sample, prompt, compressor, cfg.protocol, eos)
+                    outcome = evaluation.evaluate(benchmark, session, sample, prompt)
                     log.append(record_for(sample, prompt, outcome))
                     bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
         records = [log.records[s.id] for s in samples if s.id in log.records]
@@ -156,9 +133,10 @@ def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
     summary.update(
         bench=settings.bench, model=settings.model, policy=settings.policy, budget=str(budget), protocol=cfg.protocol
     )
-    extra = getattr(benchmark, "report", None)
+    extra = getattr(benchmark, "report", None)  # optional: see eval.benchmarks.base.Benchmark
     if extra is not None:
         summary.update(extra(records, folder))
+    summary.update(evaluation.report(records))
     write_metrics(folder, summary)
     print(format_table(summary, title=f"{settings.bench} | {settings.model} | {settings.policy} | budget {budget}"))
     print(f"results: {folder}")

@@ -52,10 +52,10 @@ def run(bench: str, policy: str, budget: str, args: argparse.Namespace) -> dict:
         f"protocol={args.protocol}",
     ]
     if bench == "fidelity":
-        overrides.append(f"bench.tokens={args.fidelity_tokens}")
+        overrides.append(f"evaluation.tokens={args.fidelity_tokens}")
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
-    hashed = [o for o in overrides if o.startswith(("bench.", "bench@", "protocol="))]
+    hashed = [o for o in overrides if o.startswith(("bench.", "bench@", "evaluation.", "protocol="))]
     return run_benchmark(cfg, RunSettings(bench, args.model, policy, overrides=hashed, out_dir=Path(args.out)))
 
 

@@ -19,7 +19,7 @@ def run(tmp_path: Path, policy: str, budget: int) -> tuple[dict, list[dict]]:
         "bench=fidelity",
         f"policy={policy}",
         f"budget={budget}",
-        "bench.tokens=6",
+        "evaluation.tokens=6",
         "bench.source.tasks=[niah_single_1,vt]",
         "bench.source.lengths=[1024]",
         "bench.source.samples=1",

@@ -3,34 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from eval.sample import Sample
 
-@dataclass
-class Sample:
-    """One prompt to answer.
-
-    The prompt is ``context + question + answer_prefix``. The split matters for the two
-    evaluation protocols: ``query_aware`` compresses the whole prompt (the observation window
-    sees the question); ``query_agnostic`` compresses ``context`` alone and appends
-    ``question + answer_prefix`` after eviction. ``context`` is also the part that is
-    truncated from the middle when a prompt exceeds the model's context. ``system_prompt`` is
-    given to the chat template as a system message (ignored without a chat template);
-    ``chat_template=False`` asks for the raw prompt even with a chat model.
-    """
-
-    id: str
-    task: str
-    context: str
-    question: str
-    references: list[str]
-    max_new_tokens: int
-    metric: str
-    answer_prefix: str = ""
-    system_prompt: str = ""
-    chat_template: bool = True
-    meta: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Benchmark", "Sample"]
 
 
 class Benchmark(Protocol):

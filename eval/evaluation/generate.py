@@ -1,0 +1,34 @@
+"""Generate-and-score: what every accuracy benchmark (RULER, LongBench, NIAH, ...) runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eval.benchmarks.base import Benchmark
+from eval.evaluation.base import Session
+from eval.generation import answer
+from eval.prompting import PromptTokens
+from eval.sample import Sample
+
+
+@dataclass
+class Generate:
+    """Greedy decoding under the compressor (up to the sample's ``max_new_tokens``), scored by the benchmark."""
+
+    def evaluate(self, benchmark: Benchmark, session: Session, sample: Sample, prompt: PromptTokens) -> dict[str, Any]:
+        reply = answer(
+            session.model, prompt, session.compressor, session.protocol, sample.max_new_tokens, session.eos_ids
+        )
+        prediction = session.tokenizer.decode(reply.tokens, skip_special_tokens=True)
+        return {
+            "prediction": prediction,
+            "score": float(benchmark.score(sample, prediction)),
+            "kept_tokens": reply.kept_tokens,
+            "prefill_seconds": round(reply.prefill_seconds, 4),
+            "decode_seconds": round(reply.decode_seconds, 4),
+            "new_tokens": len(reply.tokens),
+        }
+
+    def report(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}
