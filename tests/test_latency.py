@@ -93,7 +93,8 @@ def test_synthetic_decode_says_so(tmp_path: Path) -> None:
 
 
 def test_in_process_peak_probe_as_on_gpus(tmp_path: Path) -> None:
-    from eval.latency.runner import build_model, decode_jobs, time_jobs
+    from eval.latency.jobs import build_model, decode_jobs
+    from eval.latency.runner import time_jobs
 
     settings = tiny_settings(tmp_path, decode_fill="synthetic", repeats=1)
     model = build_model(settings)

@@ -9,26 +9,18 @@ less than ``bytes_read / bandwidth``. The bandwidth is measured once per run on 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
-from restkv.devices import synchronize
+from eval.latency.timing import timed_calls
 
 GB = 1e9
 
 
 def _median_seconds(run: Callable[[], object], device: torch.device, repeats: int) -> float:
     run()  # warm-up: page faults, kernel selection
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        run()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(timed_calls(run, device, repeats))
 
 
 def measure_bandwidth(device: torch.device, mib: int, repeats: int) -> dict[str, float | int | str]:

@@ -1,4 +1,4 @@
-"""Hydra entry point: compose ``configs/latency/<preset>.yaml``, measure, write the JSON and plots."""
+"""Hydra entry point: compose ``configs/latency/<preset>.yaml``, measure (either mode), write the JSON and plots."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from eval.latency import runner
+from eval.latency import runner, scoring
 from eval.latency.modeling import cache_token_bytes
 from eval.latency.plots import plot
-from eval.latency.report import summarize, tables
+from eval.latency.report import summarize, summarize_scoring, tables
 from eval.latency.settings import CONFIGS, Settings, model_config
 
 # The primary config lives here so that ``configs/latency/`` holds presets only.
@@ -33,11 +33,17 @@ ConfigStore.instance().store(
 )
 
 
+def measure(settings: Settings, command: str = "") -> dict[str, Any]:
+    """The record of one run: `runner` for ``mode: model``, `scoring` for ``mode: scoring``."""
+    if settings.mode == "scoring":
+        return summarize_scoring(settings, scoring.run(settings), command)
+    token_bytes = cache_token_bytes(model_config(settings), settings.torch_dtype)
+    return summarize(settings, runner.run(settings), token_bytes, command)
+
+
 def run(settings: Settings, command: str = "") -> dict[str, Any]:
     """Measure, write ``<out_dir>/<name>.json`` and the plots, print the tables; return the record."""
-    raw = runner.run(settings)
-    config = model_config(settings)
-    record = summarize(settings, raw, cache_token_bytes(config, settings.torch_dtype), command)
+    record = measure(settings, command)
     path = settings.json_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     if settings.plots:

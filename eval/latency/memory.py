@@ -1,28 +1,35 @@
-"""Peak memory of one prefill or decode configuration, over a baseline taken after model construction.
+"""Peak memory of a piece of work over a baseline taken just before it, and fresh processes to run it in.
 
 CUDA: the caching allocator's peak (`torch.cuda.max_memory_allocated`) after resetting it, in
 process. CPU: the process's peak resident set (``VmHWM``), reset through ``/proc/self/clear_refs``
-just before the measured work, minus the resident set (``VmRSS``) at that moment; each configuration
-runs in its own fresh process (forked from a server that has imported torch but computed nothing),
-so no allocator cache from another configuration hides or inflates its peak.
+just before the measured work, minus the resident set (``VmRSS``) at that moment. `Isolated` runs
+each configuration in its own fresh process (forked from a server that has imported torch but
+computed nothing), so no allocator cache from another configuration hides or inflates its peak.
+
+This module knows nothing of what is measured: callers hand it the work (a callable), so the
+dependencies point one way (`eval.latency.jobs` and `eval.latency.scoring` use it, not the reverse).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import resource
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from restkv.devices import synchronize
 
 CPU_METHOD = (
-    "process peak RSS (VmHWM, reset via /proc/self/clear_refs) minus RSS after model construction, "
-    "one fresh process per configuration"
+    "process peak RSS (VmHWM, reset via /proc/self/clear_refs) minus RSS just before the measured work (after the "
+    "model or the layer's inputs are built), one fresh process per configuration"
 )
-CPU_FALLBACK = "process peak RSS (ru_maxrss, not resettable) minus RSS after model construction, one process each"
+CPU_FALLBACK = "process peak RSS (ru_maxrss, not resettable) minus RSS just before the measured work, one process each"
 CUDA_METHOD = "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory_allocated before the run"
+
+T = TypeVar("T")
 
 
 def _status_kib(field: str) -> int:
@@ -50,58 +57,45 @@ class PeakMemory:
             Path("/proc/self/clear_refs").write_text("5")
             self.baseline = _status_kib("VmRSS") * 1024
         except OSError:
-            import resource
-
             self.method = CPU_FALLBACK
             self.baseline = _status_kib("VmRSS") * 1024 if Path("/proc/self/status").exists() else 0
-            self._fallback_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
     def stop(self) -> dict[str, Any]:
+        """``peak_bytes``, ``baseline_bytes``, ``delta_bytes`` (peak over baseline) and the ``method``."""
         if self.device.type == "cuda":
             synchronize(self.device)
             peak = torch.cuda.max_memory_allocated(self.device)
         elif self.method == CPU_METHOD:
             peak = _status_kib("VmHWM") * 1024
         else:
-            import resource
-
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        return {"peak_bytes": peak, "baseline_bytes": self.baseline, "delta_bytes": max(peak - self.baseline, 0)}
+        return {
+            "peak_bytes": peak,
+            "baseline_bytes": self.baseline,
+            "delta_bytes": max(peak - self.baseline, 0),
+            "method": self.method,
+        }
 
 
-def measure(model: Any, settings: Any, job: dict[str, Any]) -> dict[str, Any]:
-    """Run one configuration once under a `PeakMemory` probe (``job``: see `eval.latency.runner`).
-
-    (On CUDA the runner instead probes the first timed round of each configuration in process.)
-    """
-    from eval.latency import runner  # runner imports this module
-
-    probe = PeakMemory(model.device)
-    inputs = runner.job_inputs(model, settings, job)
+def measured(device: torch.device, work: Callable[[], T]) -> tuple[T, dict[str, Any]]:
+    """Run ``work()`` once under a `PeakMemory` probe; its result and the probe's reading."""
+    probe = PeakMemory(device)
     probe.start()
-    runner.run_job(model, settings, job, inputs)
-    result = probe.stop()
-    result["method"] = probe.method
-    return result
-
-
-def _child(settings_dict: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
-    from eval.latency.runner import build_model
-    from eval.latency.settings import Settings
-
-    settings = Settings(**settings_dict)
-    model = build_model(settings)
-    return measure(model, settings, job)
+    result = work()
+    return result, probe.stop()
 
 
 class Isolated:
-    """Runs memory jobs one per fresh process (forkserver: torch imported once, fork per job)."""
+    """Runs ``function(*args)`` in a fresh process per call (forkserver: ``preload`` imported once, fork per call).
 
-    def __init__(self) -> None:
+    ``function`` must be importable by name (a module-level function) and its arguments picklable.
+    """
+
+    def __init__(self, preload: Sequence[str] = ()) -> None:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["eval.latency.runner"])
+        context.set_forkserver_preload(list(preload))
         self.context = context
 
-    def __call__(self, settings_dict: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, function: Callable[..., T], *args: Any) -> T:
         with self.context.Pool(1, maxtasksperchild=1) as pool:
-            return pool.apply(_child, (settings_dict, job))
+            return pool.apply(function, args)

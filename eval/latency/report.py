@@ -1,14 +1,23 @@
-"""Medians, bounds and ratios of a latency run: the JSON record, the printed tables."""
+"""Medians, bounds and ratios of a latency run (model or scoring mode): the JSON record, the printed tables."""
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from eval.latency.bounds import bound_ms, decode_bytes
+from eval.latency.scoring import AUTHORS
 from eval.latency.settings import Settings
 from eval.latency.timing import FULL
 
+ALTERNATION_NOTE = "times are medians over timed rounds that alternate every configuration (A B C A B C ...)"
+SCORING_NOTE = (
+    "one attention layer with random inputs of the shape's sizes; timed: the policy's eviction decision (scores + "
+    "top-k) alone; every configuration runs once per round in a fresh process: one untimed call under the "
+    "peak-memory probe, then scoring_calls timed calls (the round's time is their median)"
+)
+SCORING_REFERENCES = {"snapkv": "SnapKV's", AUTHORS: "the authors' formulation's"}
 SYNTHETIC_NOTE = (
     "decode caches were filled with synthetic random keys/values of the shape a prefill (and eviction to the "
     "budget) leaves, not by running a prefill; decode cost does not depend on the cached values"
@@ -97,6 +106,18 @@ def _memory_fields(measured: dict[str, Any] | None) -> dict[str, Any]:
     return {"peak_memory_bytes": measured["peak_bytes"], "peak_memory_delta_bytes": measured["delta_bytes"]}
 
 
+def _versus(prefix: str, name: str, e: dict, ref: dict, own: list[float], other: list[float]) -> dict[str, float]:
+    """``e`` against ``ref``: time as a ratio of medians and paired, peak memory (process and over the baseline)."""
+    row = {
+        f"{prefix}_vs_{name}": round(e["seconds_median"] / ref["seconds_median"], 4),
+        f"{prefix}_vs_{name}_paired": round(_paired_ratio(own, other), 4),
+    }
+    if e["peak_memory_delta_bytes"] and ref["peak_memory_delta_bytes"]:
+        row[f"peak_memory_delta_vs_{name}"] = round(e["peak_memory_delta_bytes"] / ref["peak_memory_delta_bytes"], 4)
+        row[f"peak_memory_vs_{name}"] = round(e["peak_memory_bytes"] / ref["peak_memory_bytes"], 4)
+    return row
+
+
 def prefill_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[dict[str, Any]]:
     """Every evicting policy against SnapKV and the full cache, per context and budget."""
     ratios = []
@@ -117,17 +138,11 @@ def prefill_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[d
             if ref is None or ref is e:
                 continue
             own, other = raw[(e["context"], e["policy"], e["budget"])], raw[ref_key]
-            row[f"prefill_vs_{ref_name}"] = round(e["seconds_median"] / ref["seconds_median"], 4)
-            row[f"prefill_vs_{ref_name}_paired"] = round(_paired_ratio(own, other), 4)
+            row.update(_versus("prefill", ref_name, e, ref, own, other))
             pooled = forward[e["context"]]
             row[f"prefill_vs_{ref_name}_pooled_forward"] = round(
                 (pooled + e["eviction_seconds_median"]) / (pooled + ref["eviction_seconds_median"]), 4
             )
-            if e["peak_memory_delta_bytes"] and ref["peak_memory_delta_bytes"]:
-                row[f"peak_memory_delta_vs_{ref_name}"] = round(
-                    e["peak_memory_delta_bytes"] / ref["peak_memory_delta_bytes"], 4
-                )
-                row[f"peak_memory_vs_{ref_name}"] = round(e["peak_memory_bytes"] / ref["peak_memory_bytes"], 4)
         if len(row) > 3:
             ratios.append(row)
     return ratios
@@ -187,6 +202,19 @@ def decode_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[di
     return ratios
 
 
+def _header(settings: Settings, raw: dict[str, Any], command: str, model: dict[str, Any]) -> dict[str, Any]:
+    """What every record starts with: the preset, how it was run, where, and the model's shape (plus ``model``)."""
+    shape = {"shape": settings.shape, "layers": settings.layers, "dtype": settings.dtype}
+    return {
+        "preset": settings.name,
+        "command": command,
+        "settings": settings.to_dict(),
+        "machine": raw["machine"],
+        "load_average": {"start": raw["load_average_start"], "end": raw["load_average_end"]},
+        "model": {**shape, **model, "weights": "random"},
+    }
+
+
 def summarize(settings: Settings, raw: dict[str, Any], token_bytes: int, command: str) -> dict[str, Any]:
     """The JSON record of a run."""
     runs = raw["runs"]
@@ -207,25 +235,14 @@ def summarize(settings: Settings, raw: dict[str, Any], token_bytes: int, command
     }
     method = next((r["memory"]["method"] for r in runs if r.get("memory")), None)
     notes = [SYNTHETIC_NOTE] if decode and settings.decode_fill == "synthetic" else []
-    notes.append(
-        "random weights with the shape's config.json (no download); times are medians over timed rounds "
-        "that alternate every configuration (A B C A B C ...)"
-    )
+    notes.append(f"random weights with the shape's config.json (no download); {ALTERNATION_NOTE}")
+    model = {
+        "parameters": raw["parameters"],
+        "parameter_bytes_read_per_step": raw["parameter_bytes_read"],
+        "cache_bytes_per_token": token_bytes,
+    }
     return {
-        "preset": settings.name,
-        "command": command,
-        "settings": settings.to_dict(),
-        "machine": raw["machine"],
-        "load_average": {"start": raw["load_average_start"], "end": raw["load_average_end"]},
-        "model": {
-            "shape": settings.shape,
-            "layers": settings.layers,
-            "dtype": settings.dtype,
-            "parameters": raw["parameters"],
-            "parameter_bytes_read_per_step": raw["parameter_bytes_read"],
-            "cache_bytes_per_token": token_bytes,
-            "weights": "random",
-        },
+        **_header(settings, raw, command, model),
         "bandwidth": {
             **bandwidth,
             "end_of_run": {k: raw["bandwidth_end"][k] for k in ("copy_gbps", "read_gbps")},
@@ -242,76 +259,192 @@ def summarize(settings: Settings, raw: dict[str, Any], token_bytes: int, command
     }
 
 
+def scoring_entry(run: dict[str, Any]) -> dict[str, Any]:
+    """One (context, budget, variant): per-round times (each its process's median call) and peak memory."""
+    job, timed = run["job"], run["timed"]
+    seconds = [_median(t["seconds"]) for t in timed]
+    peaks = [t["memory"] for t in timed]
+    return {
+        "context": job["context"],
+        "budget": job["budget"],
+        "variant": job["variant"],
+        "policy": job["policy"],
+        "seconds_median": _significant(_median(seconds)),
+        "seconds_min": _significant(min(seconds)),
+        "seconds": [_significant(x) for x in seconds],
+        "call_seconds": [[_significant(x) for x in t["seconds"]] for t in timed],
+        "peak_memory_bytes": round(_median([m["peak_bytes"] for m in peaks])),
+        "peak_memory_delta_bytes": round(_median([m["delta_bytes"] for m in peaks])),
+        "peak_memory_delta_bytes_rounds": [m["delta_bytes"] for m in peaks],
+    }
+
+
+def scoring_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[dict[str, Any]]:
+    """Every variant against SnapKV, and against the authors' formulation of the same policy, per context and budget."""
+    by_key = {(e["context"], e["budget"], e["variant"]): e for e in entries}
+    ratios = []
+    for e in entries:
+        row: dict[str, Any] = {"context": e["context"], "budget": e["budget"], "variant": e["variant"]}
+        for name in SCORING_REFERENCES:
+            ref = by_key.get((e["context"], e["budget"], name))
+            if ref is None or ref is e or (name == AUTHORS and ref["policy"] != e["policy"]):
+                continue
+            own, other = raw[(e["context"], e["budget"], e["variant"])], raw[(e["context"], e["budget"], name)]
+            row.update(_versus("time", name, e, ref, own, other))
+            row[f"time_vs_{name}_min"] = round(e["seconds_min"] / ref["seconds_min"], 4)  # the least disturbed rounds
+        if len(row) > 3:
+            ratios.append(row)
+    return ratios
+
+
+def summarize_scoring(settings: Settings, raw: dict[str, Any], command: str) -> dict[str, Any]:
+    """The JSON record of a scoring-mode run."""
+    entries = [scoring_entry(r) for r in raw["runs"]]
+    per_round = {(e["context"], e["budget"], e["variant"]): e["seconds"] for e in entries}
+    method = next((t["memory"]["method"] for r in raw["runs"] for t in r["timed"]), None)
+    return {
+        **_header(settings, raw, command, {"layer": raw["layer"]}),
+        "variants": raw["variants"],
+        "memory_method": method,
+        "notes": [SCORING_NOTE, ALTERNATION_NOTE],
+        "scoring": entries,
+        "ratios": {"scoring": scoring_ratios(entries, per_round)},
+    }
+
+
+def _shown(value: float | None, scale: float = 1.0, spec: str = ".3f", suffix: str = "") -> str:
+    """``value * scale`` formatted by ``spec`` with ``suffix``, or ``-`` when it was not measured."""
+    return "-" if value is None else f"{value * scale:{spec}}{suffix}"
+
+
 def _gib(value: int | None) -> str:
-    return "-" if value is None else f"{value / 2**30:.3f}"
+    return _shown(value, 2**-30)
+
+
+def _mib(value: int | None) -> str:
+    return _shown(value, 2**-20, ".1f")
+
+
+def _prefill_row(e: dict[str, Any]) -> str:
+    return (
+        f"{e['context']:>7}  {e['policy']:<12} {e['budget'] or '-':>6}  {e['seconds_median']:8.3f}"
+        f"  {e['eviction_seconds_median']:10.4f}  {e['kept_tokens_mean']:>5}"
+        f"  {_gib(e['cache_bytes_before_eviction'])} -> {_gib(e['cache_bytes_after_eviction'])}"
+        f"  {_gib(e['peak_memory_delta_bytes']):>14}"
+    )
+
+
+def _decode_row(e: dict[str, Any]) -> str:
+    return (
+        f"{e['context']:>7}  {e['cache']:<12} {e['label']:<10} {e['ms_per_token_median']:8.2f}"
+        f"  {e['bytes_read_per_step'] / 1e9:13.3f}  {e['bound_ms']:8.2f}  {e['achieved_over_bound']:14.2f}"
+        f"  {_gib(e['peak_memory_delta_bytes']):>14}"
+    )
+
+
+def _scoring_row(e: dict[str, Any]) -> str:
+    return (
+        f"{e['context']:>7}  {e['budget']:>6}  {e['variant']:<13} {e['seconds_median']:9.4f}"
+        f"  {_mib(e['peak_memory_bytes']):>9}  {_mib(e['peak_memory_delta_bytes']):>15}"
+    )
+
+
+TABLES: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
+    (
+        "prefill",
+        "prefill        context  policy        budget   seconds  eviction s  kept  cache before -> after GiB"
+        "  peak delta GiB",
+        _prefill_row,
+    ),
+    (
+        "decode",
+        "decode         context  cache         kept     ms/token  bytes/step GB  bound ms  achieved/bound"
+        "  peak delta GiB",
+        _decode_row,
+    ),
+    ("scoring", "scoring        context  budget  variant          seconds  peak MiB  over inputs MiB", _scoring_row),
+)
+
+
+def _header_lines(record: dict[str, Any]) -> list[str]:
+    """The bandwidth a model-mode run measured, or the layer a scoring run timed."""
+    if "bandwidth" in record:
+        bw = record["bandwidth"]
+        return [
+            f"bandwidth: copy {bw['copy_gbps']:.1f} GB/s, read {bw['read_gbps']:.1f} GB/s "
+            f"(end of run: copy {bw['end_of_run']['copy_gbps']:.1f}, read {bw['end_of_run']['read_gbps']:.1f}); "
+            f"bound uses {bw['used_for_bound']}"
+        ]
+    layer, windows = record["model"]["layer"], sorted({v["window"] for v in record["variants"].values()})
+    return [
+        f"layer ({record['model']['shape']}): {layer['heads']} query heads, {layer['kv_heads']} key/value heads, "
+        f"head_dim {layer['head_dim']}, hidden {layer['hidden']}; window {', '.join(map(str, windows))}; "
+        f"{record['model']['dtype']} on {record['machine']['device']}, {record['machine']['threads']} threads",
+        *(f"  {name}: {v['what']}" for name, v in record["variants"].items()),
+    ]
 
 
 def tables(record: dict[str, Any]) -> str:
     """Plain-text tables of a record, for the terminal."""
-    lines = []
-    bw = record["bandwidth"]
-    lines.append(
-        f"bandwidth: copy {bw['copy_gbps']:.1f} GB/s, read {bw['read_gbps']:.1f} GB/s "
-        f"(end of run: copy {bw['end_of_run']['copy_gbps']:.1f}, read {bw['end_of_run']['read_gbps']:.1f}); "
-        f"bound uses {bw['used_for_bound']}"
-    )
-    if record["prefill"]:
-        lines.append(
-            "\nprefill        context  policy        budget   seconds  eviction s  kept  cache before -> after GiB"
-            "  peak delta GiB"
-        )
-        for e in record["prefill"]:
-            lines.append(
-                f"{'':14} {e['context']:>7}  {e['policy']:<12} {e['budget'] or '-':>6}  {e['seconds_median']:8.3f}"
-                f"  {e['eviction_seconds_median']:10.4f}  {e['kept_tokens_mean']:>5}"
-                f"  {_gib(e['cache_bytes_before_eviction'])} -> {_gib(e['cache_bytes_after_eviction'])}"
-                f"  {_gib(e['peak_memory_delta_bytes']):>14}"
-            )
-    if record["decode"]:
-        lines.append(
-            "\ndecode         context  cache         kept     ms/token  bytes/step GB  bound ms  achieved/bound"
-            "  peak delta GiB"
-        )
-        for e in record["decode"]:
-            lines.append(
-                f"{'':14} {e['context']:>7}  {e['cache']:<12} {e['label']:<10} {e['ms_per_token_median']:8.2f}"
-                f"  {e['bytes_read_per_step'] / 1e9:13.3f}  {e['bound_ms']:8.2f}  {e['achieved_over_bound']:14.2f}"
-                f"  {_gib(e['peak_memory_delta_bytes']):>14}"
-            )
+    lines = _header_lines(record)
+    for key, header, row in TABLES:
+        entries = record.get(key) or []
+        lines += [f"\n{header}", *(f"{'':14} {row(e)}" for e in entries)] if entries else []
     lines += ratio_lines(record["ratios"])
     lines += [f"\nnote: {n}" for n in record["notes"]]
     return "\n".join(lines)
 
 
 def _x(row: dict[str, Any], key: str) -> str:
-    value = row.get(key)
-    return "-" if value is None else f"{value:.3f}x"
+    return _shown(row.get(key), suffix="x")
+
+
+def _prefill_ratio(r: dict[str, Any]) -> str:
+    return (
+        f"  {r['context']:>6} tokens, {r['policy']}@{r['budget']}: prefill {_x(r, 'prefill_vs_snapkv')} SnapKV's "
+        f"(paired {_x(r, 'prefill_vs_snapkv_paired')}, pooled forward {_x(r, 'prefill_vs_snapkv_pooled_forward')}),"
+        f" {_x(r, 'prefill_vs_full')} the full cache's; peak memory {_x(r, 'peak_memory_vs_snapkv')} SnapKV's "
+        f"(over the model: {_x(r, 'peak_memory_delta_vs_snapkv')}), {_x(r, 'peak_memory_vs_full')} the full cache's"
+    )
+
+
+def _decode_ratio(r: dict[str, Any]) -> str:
+    if "slowdown" in r:
+        kept = "full cache" if r["budget"] is None else f"budget {r['budget']}"
+        return f"  {r['context']:>6} tokens, {kept}: dynamic cache {_x(r, 'slowdown')} the preallocated one's time"
+    marginal = r["marginal_cache_read_gbps"]
+    return (
+        f"  {r['context']:>6} tokens, budget {r['budget']}, {r['cache']} cache: speedup {_x(r, 'speedup')} "
+        f"over the full cache (paired {_x(r, 'speedup_paired')}); bound's speedup {_x(r, 'bound_speedup')}; "
+        f"ratio {r['speedup_over_bound_speedup']:.3f}; full step {_x(r, 'full_achieved_over_bound')} its bound, "
+        f"compressed {_x(r, 'compressed_achieved_over_bound')}; extra cache bytes read at "
+        f"{'-' if marginal is None else f'{marginal:.1f} GB/s'}"
+    )
+
+
+def _scoring_ratio(r: dict[str, Any]) -> str:
+    """Against each reference: medians, paired rounds, minimums (the least disturbed round of each), memory."""
+    parts = [
+        f"time {_x(r, f'time_vs_{name}')} {label} (paired {_x(r, f'time_vs_{name}_paired')}, "
+        f"minimums {_x(r, f'time_vs_{name}_min')}), peak memory "
+        f"{_x(r, f'peak_memory_vs_{name}')} (over the inputs: {_x(r, f'peak_memory_delta_vs_{name}')})"
+        for name, label in SCORING_REFERENCES.items()
+        if f"time_vs_{name}" in r
+    ]
+    return f"  {r['context']:>6} tokens, budget {r['budget']}, {r['variant']}: " + "; ".join(parts)
+
+
+RATIO_LINES: dict[str, Callable[[dict[str, Any]], str]] = {
+    "prefill": _prefill_ratio,
+    "decode": _decode_ratio,
+    "scoring": _scoring_ratio,
+}
 
 
 def ratio_lines(ratios: dict[str, list[dict[str, Any]]]) -> list[str]:
     """The ratios as sentences (medians over rounds; "paired": median of per-round ratios)."""
-    lines = ["\nprefill ratios:"] if ratios["prefill"] else []
-    for r in ratios["prefill"]:
-        lines.append(
-            f"  {r['context']:>6} tokens, {r['policy']}@{r['budget']}: prefill {_x(r, 'prefill_vs_snapkv')} SnapKV's "
-            f"(paired {_x(r, 'prefill_vs_snapkv_paired')}, pooled forward {_x(r, 'prefill_vs_snapkv_pooled_forward')}),"
-            f" {_x(r, 'prefill_vs_full')} the full cache's; peak memory {_x(r, 'peak_memory_vs_snapkv')} SnapKV's "
-            f"(over the model: {_x(r, 'peak_memory_delta_vs_snapkv')}), {_x(r, 'peak_memory_vs_full')} the full cache's"
-        )
-    lines += ["\ndecode ratios:"] if ratios["decode"] else []
-    for r in ratios["decode"]:
-        if "slowdown" in r:
-            kept = "full cache" if r["budget"] is None else f"budget {r['budget']}"
-            lines.append(
-                f"  {r['context']:>6} tokens, {kept}: dynamic cache {_x(r, 'slowdown')} the preallocated one's time"
-            )
-            continue
-        marginal = r["marginal_cache_read_gbps"]
-        lines.append(
-            f"  {r['context']:>6} tokens, budget {r['budget']}, {r['cache']} cache: speedup {_x(r, 'speedup')} "
-            f"over the full cache (paired {_x(r, 'speedup_paired')}); bound's speedup {_x(r, 'bound_speedup')}; "
-            f"ratio {r['speedup_over_bound_speedup']:.3f}; full step {_x(r, 'full_achieved_over_bound')} its bound, "
-            f"compressed {_x(r, 'compressed_achieved_over_bound')}; extra cache bytes read at "
-            f"{'-' if marginal is None else f'{marginal:.1f} GB/s'}"
-        )
+    lines = []
+    for kind, line in RATIO_LINES.items():
+        rows = ratios.get(kind) or []
+        lines += [f"\n{kind} ratios:", *map(line, rows)] if rows else []
     return lines

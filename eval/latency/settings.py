@@ -19,6 +19,7 @@ REPO = CONFIGS.parent
 CACHES = ("dynamic", "preallocated")
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
+MODES = ("model", "scoring")
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Settings:
 
     name: str
     shape: str
+    mode: str = "model"
     layers: int | None = None
     dtype: str = "float32"
     device: str = "auto"
@@ -50,6 +52,9 @@ class Settings:
     decode_policy: str = "restkv"
     decode_profile: bool = False
     decode_kernel: str = "model"
+    scoring_calls: int = 3
+    scoring_gram_every_call: bool = True
+    scoring_authors: bool = False
     memory: bool = True
     memory_contexts: list[int] | None = None
     bandwidth_mib: int = 1024
@@ -61,6 +66,12 @@ class Settings:
 
     def __post_init__(self) -> None:
         checks = [
+            (self.mode in MODES, f"mode={self.mode!r}: choose one of {', '.join(MODES)}"),
+            (
+                self.mode != "scoring" or "full" not in self.policies,
+                f"policies={self.policies}: the full cache evicts nothing, so mode=scoring has nothing to time for it",
+            ),
+            (self.scoring_calls >= 1, f"scoring_calls={self.scoring_calls}: must be >= 1"),
             (self.dtype in DTYPES, f"dtype={self.dtype!r}: choose one of {', '.join(DTYPES)}"),
             (self.prefill_cache in CACHES, f"prefill_cache={self.prefill_cache!r}: choose one of {', '.join(CACHES)}"),
             (

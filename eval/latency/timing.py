@@ -1,4 +1,4 @@
-"""One timed prefill, one timed decode: the measurements every configuration repeats.
+"""One timed prefill, one timed decode, timed calls: the measurements every configuration repeats.
 
 Both run the model exactly as ``eval/generation.py`` does (explicit positions, logits for the
 last token only, `torch.no_grad`), under `restkv.KVCompressor`.
@@ -7,6 +7,7 @@ last token only, `torch.no_grad`), under `restkv.KVCompressor`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,18 @@ class PrefillRun:
     seconds: float
     eviction_seconds: float
     cache: dict[str, int]
+
+
+def timed_calls(run: Callable[[], object], device: torch.device, calls: int) -> list[float]:
+    """Seconds of each of ``calls`` calls of ``run()``, the device synchronised around each one."""
+    times = []
+    for _ in range(calls):
+        synchronize(device)
+        start = time.perf_counter()
+        run()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def prompt_ids(model: PreTrainedModel, length: int, seed: int) -> torch.Tensor:
