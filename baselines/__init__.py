@@ -1,4 +1,12 @@
-"""Baseline eviction policies, one per module; importing the package registers them all."""
+"""Baseline eviction policies, one per module; importing the package registers them all.
+
+Every module of the package is imported, so a new policy is one file here (plus its config):
+its ``@register_policy`` runs when the registry loads this package (the ``restkv.policies`` entry
+point).
+"""
+
+import importlib
+import pkgutil
 
 from baselines.full import FullCache
 from baselines.h2o import H2O
@@ -6,5 +14,8 @@ from baselines.pyramidkv import PyramidKV
 from baselines.random import RandomEviction
 from baselines.snapkv import SnapKV
 from baselines.streamingllm import StreamingLLM
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["H2O", "FullCache", "PyramidKV", "RandomEviction", "SnapKV", "StreamingLLM"]

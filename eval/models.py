@@ -10,9 +10,8 @@ from typing import Any
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from eval.paths import local_path
 from restkv.devices import torch_dtype
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -45,11 +44,9 @@ class ModelSpec:
 
 
 def resolve(path: str) -> str:
-    """A local folder if one exists under that name (cwd, then repo root); else the hub id unchanged."""
-    for candidate in (Path(path).expanduser(), REPO / path):
-        if candidate.exists():
-            return str(candidate)
-    return path
+    """A local folder if one exists under that name (cwd, then the project); else the hub id unchanged."""
+    local = local_path(path)
+    return str(local) if local is not None else path
 
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "config.json", "tokenizer.json")

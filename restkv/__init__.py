@@ -7,7 +7,7 @@ with compress(model, ReSTKV(), budget=128):
 
 from restkv.integrate import KVCompressor, compress
 from restkv.policy import LayerInputs, Policy
-from restkv.registry import get_policy, policy_names, register_policy
+from restkv.registry import get_policy, policy_names, preset_names, register_policy, register_preset
 from restkv.restkv import ReSTKV
 from restkv.scoring_policy import ScoringPolicy
 from restkv.select import Budget
@@ -22,5 +22,7 @@ __all__ = [
     "compress",
     "get_policy",
     "policy_names",
+    "preset_names",
     "register_policy",
+    "register_preset",
 ]

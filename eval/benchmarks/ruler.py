@@ -76,11 +76,11 @@ from eval.benchmarks.base import Sample
 from eval.benchmarks.haystack import haystack_name, load_haystack
 from eval.hub import hub_reachable
 from eval.metrics import score as score_metric
+from eval.paths import project_root
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 WORDS_DIR = Path(__file__).resolve().parent.parent / "data" / "words"
 
 DEFAULT_SQUAD_PATH = Path("data/ruler/squad.json")
@@ -867,7 +867,7 @@ def load_qa(dataset: str, data: RulerData | None = None) -> _QAData:
         official = "HotpotQA dev distractor set (hotpot_dev_distractor_v1.json)"
     else:
         raise ValueError(f"unknown QA dataset {dataset!r}")
-    path = Path(given) if given is not None else PROJECT_ROOT / default
+    path = Path(given) if given is not None else project_root() / default
     key = (dataset, str(path.resolve()))
     if key in _QA_CACHE:
         return _QA_CACHE[key]

@@ -11,11 +11,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig, PretrainedConfig
 
-from eval.configs import CONFIGS, config_file
+from eval.configs import config_file
+from eval.paths import project_root
 from restkv.devices import DTYPES, pick_device, torch_dtype
 from restkv.integrate import DECODE_KERNELS
 
-REPO = CONFIGS.parent
 CACHES = ("dynamic", "preallocated")
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
@@ -119,7 +119,7 @@ class Settings:
 
     def json_path(self) -> Path:
         out = Path(self.out_dir)
-        return (out if out.is_absolute() else REPO / out) / f"{self.name}.json"
+        return (out if out.is_absolute() else project_root() / out) / f"{self.name}.json"
 
 
 def shape_path(shape: str) -> Path:

@@ -1,0 +1,24 @@
+"""Named settings of ReST-KV from the paper and the authors' runs (see `restkv.registry.register_preset`).
+
+- ``restkv_ruler``: ReST-KV as the authors ran RULER and InfiniteBench, minimum adaptive kernel 21
+  (their ``scripts/ruler/run_llama3.sh``).
+- ``ablation/*``: the rows of the paper's indicator / temporal / spatial ablation (Table 3,
+  Appendix Table 12); ``restkv`` itself is the full method's row.
+"""
+
+from __future__ import annotations
+
+from restkv.registry import register_preset
+
+register_preset("restkv_ruler", "restkv", kernel=21)
+
+# attention x ||v||, summed over the window, average-pooled (kernel 5)
+register_preset("ablation/attn_v", "restkv", indicator="attention_value", temporal="sum", spatial="avgpool")
+# the reconstruction indicator under each temporal aggregation, without spatial smoothing
+register_preset("ablation/recon_last", "restkv", temporal="last", spatial="none")
+register_preset("ablation/recon_mean", "restkv", temporal="mean", spatial="none")
+register_preset("ablation/recon_inv_ema", "restkv", temporal="inv_ema", spatial="none")
+register_preset("ablation/recon_ema", "restkv", temporal="ema", spatial="none")
+# the EMA row with fixed-kernel smoothing instead of the adaptive one
+register_preset("ablation/recon_ema_avgpool", "restkv", spatial="avgpool")
+register_preset("ablation/recon_ema_maxpool", "restkv", spatial="maxpool")

@@ -1,0 +1,69 @@
+"""A regular (non-editable) install carries every package, the configs and the bundled models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from eval import paths
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def test_every_package_of_the_tree_is_listed() -> None:
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("restkv", "baselines", "eval", "microtrain")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found <= set(PYPROJECT["packages"]), (
+        f"not in pyproject's packages: {sorted(found - set(PYPROJECT['packages']))}"
+    )
+    for package, folder in PYPROJECT["package-dir"].items():
+        assert package in PYPROJECT["packages"] and (ROOT / folder).is_dir()
+
+
+def test_a_checkout_uses_its_own_folders() -> None:
+    assert paths.CHECKOUT == ROOT
+    assert paths.bundled("configs") == ROOT / "configs"
+    assert paths.local_path(ROOT / "models" / "micro-llama") == ROOT / "models" / "micro-llama"
+    assert paths.local_path("models/micro-llama").resolve() == ROOT / "models" / "micro-llama"
+    assert paths.local_path("no/such/thing") is None
+    with pytest.raises(ValueError, match="bundled folder 'data' is not one of: configs, models"):
+        paths.bundled("data")
+
+
+@pytest.mark.slow
+def test_regular_install_runs_from_any_folder(tmp_path: Path) -> None:
+    wheels, target, elsewhere = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", wheels, ROOT], check=True)
+    subprocess.run([*pip, "install", "--no-deps", "--target", target, *wheels.glob("*.whl")], check=True)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    run = subprocess.run(
+        [sys.executable, "-m", "eval.run", "bench=ruler", "bench.tasks=[niah_single_1]", "limit=1", "out_dir=out"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    (metrics,) = (elsewhere / "out").rglob("metrics.json")
+    assert json.loads(metrics.read_text())["tasks"]["niah_single_1"] >= 0
+    where = subprocess.run(
+        [sys.executable, "-c", "import eval.paths as p; print(p.CHECKOUT, p.bundled('models'))"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.split()[0] == "None" and where.stdout.split()[1].startswith(str(target))
