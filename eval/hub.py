@@ -1,4 +1,4 @@
-"""Whether the Hugging Face hub can be reached, decided once and quickly.
+"""Whether the Hugging Face hub can be reached, decided once and quickly, and fetching a dataset file from it.
 
 Loaders try the hub only when it answers, so an offline machine fails over to local files at
 once instead of spending tens of seconds in ``datasets`` retries.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+from pathlib import Path
 
 HUB_HOST = "huggingface.co"
 
@@ -31,3 +32,20 @@ def hub_reachable(timeout: float = 3.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def download_dataset_file(repo_id: str, filename: str) -> tuple[Path | None, str]:
+    """Download (or find in the hub cache) ``filename`` of the hub dataset ``repo_id``.
+
+    Returns ``(path, "")``, or ``(None, reason)`` when the hub is not reachable or the download
+    fails for any reason (network, authentication, disk): a loader then reports the reason
+    next to the files it could not find, instead of failing on the first one.
+    """
+    if not hub_reachable():
+        return None, "the Hugging Face hub is not reachable (or HF_HUB_OFFLINE is set)"
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(repo_id=repo_id, filename=filename, repo_type="dataset")), ""
+    except Exception as exc:  # network, auth, disk: all mean "not from the hub"
+        return None, f"downloading {repo_id}/{filename} failed ({type(exc).__name__}: {exc})"

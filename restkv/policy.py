@@ -8,13 +8,13 @@ layer's budget. Policies never touch model objects.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
 import torch
 
+from restkv.checks import check_choice, check_number
 from restkv.select import GQA_MODES, SCHEDULES, Budget, keep_indices, layer_budget, reduce_groups
 
 
@@ -47,34 +47,6 @@ class LayerInputs:
     @property
     def length(self) -> int:
         return self.keys.shape[2]
-
-
-def check_choice(owner: str, name: str, value: object, allowed: tuple[str, ...]) -> None:
-    """Raise a ValueError naming ``value`` and the allowed choices when it is not one of them."""
-    if value not in allowed:
-        raise ValueError(f"{owner}.{name}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
-
-
-def check_number(
-    owner: str,
-    name: str,
-    value: object,
-    *,
-    low: float,
-    high: float = math.inf,
-    low_open: bool = True,
-    integer: bool = False,
-) -> None:
-    """Raise a ValueError unless ``value`` is a finite number in the given range."""
-    kind = "an integer" if integer else "a number"
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    ok = ok and not isinstance(value, bool) and math.isfinite(value)  # type: ignore[arg-type]
-    if ok:
-        above = value > low if low_open else value >= low  # type: ignore[operator]
-        ok = above and value <= high  # type: ignore[operator]
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise ValueError(f"{owner}.{name}={value!r} is not allowed; it must be {kind} in {bracket}{low}, {high}]")
 
 
 @dataclass

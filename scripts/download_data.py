@@ -44,12 +44,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from eval.benchmarks import infinitebench, longbench
+from eval.hub import offline_requested
 
-from eval.benchmarks import infinitebench, longbench  # noqa: E402
-from eval.hub import offline_requested  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 DATASETS = ("longbench", "longbench_e", "infinitebench", "ruler_qa", "paul_graham")
 TIMEOUT = 60.0
@@ -269,6 +267,26 @@ def _missing(folder: Path, names: Iterable[str], force: bool) -> list[str]:
     return [n for n in names if force or not (folder / n).is_file()]
 
 
+def from_archive(
+    name: str, folder: Path, sources: Iterable[Source], manual: str, unpack: Callable[[zipfile.ZipFile], Outcome]
+) -> Outcome:
+    """Fetch the first zip archive ``sources`` give (into a scratch folder inside ``folder``) and ``unpack`` it.
+
+    ``unpack`` installs what it needs from the archive and says how it went. Any failure, of the
+    download or of ``unpack``, gives an outcome that says why and how to get the data by hand
+    (``manual``), and ``folder`` is removed if that left it empty.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as scratch:
+        try:
+            with zipfile.ZipFile(first_available(sources, Path(scratch), check_zip)) as archive:
+                return unpack(archive)
+        except (FetchError, zipfile.BadZipFile, OSError, ValueError) as exc:
+            failure = f"{exc}; to get it manually: {manual}"
+    _tidy(folder)
+    return Outcome(name, False, failure)
+
+
 def get_longbench(root: Path, force: bool, e: bool) -> Outcome:
     name = "longbench_e" if e else "longbench"
     folder = root / "LongBench"
@@ -278,35 +296,19 @@ def get_longbench(root: Path, force: bool, e: bool) -> Outcome:
     todo = _missing(folder, files, force)
     if not todo:
         return Outcome(name, True, f"{_rel(folder)} ({len(files)} files, already present)")
-    folder.mkdir(parents=True, exist_ok=True)
-    absent: list[str] = []
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as scratch:
-        try:
-            archive_path = first_available(
-                [hub_source(longbench.HUB_REPO, longbench.HUB_ARCHIVE), url_source(LONGBENCH_ZIP_URL)],
-                Path(scratch),
-                check_zip,
-            )
-            with zipfile.ZipFile(archive_path) as archive:
-                members = {m.rsplit("/", 1)[-1]: m for m in archive.namelist() if m.endswith(".jsonl")}
-                absent = [f for f in todo if f not in members]
-                for file in todo:
-                    if file in members:
-                        install(
-                            folder / file,
-                            lambda part, m=members[file]: _extract(archive, m, part),
-                            check_jsonl,
-                        )
-        except (FetchError, zipfile.BadZipFile, OSError, ValueError) as exc:
-            failure = f"{exc}; to get it manually: {manual}"
-        else:
-            failure = ""
-    if failure:
-        _tidy(folder)
-        return Outcome(name, False, failure)
-    if absent:
-        return Outcome(name, False, f"the archive lacks {', '.join(absent)}; to get it manually: {manual}")
-    return Outcome(name, True, f"{_rel(folder)} ({len(files)} files)")
+
+    def unpack(archive: zipfile.ZipFile) -> Outcome:
+        members = {m.rsplit("/", 1)[-1]: m for m in archive.namelist() if m.endswith(".jsonl")}
+        absent = [f for f in todo if f not in members]
+        for file in todo:
+            if file in members:
+                install(folder / file, lambda part, m=members[file]: _extract(archive, m, part), check_jsonl)
+        if absent:
+            return Outcome(name, False, f"the archive lacks {', '.join(absent)}; to get it manually: {manual}")
+        return Outcome(name, True, f"{_rel(folder)} ({len(files)} files)")
+
+    sources = [hub_source(longbench.HUB_REPO, longbench.HUB_ARCHIVE), url_source(LONGBENCH_ZIP_URL)]
+    return from_archive(name, folder, sources, manual, unpack)
 
 
 def _extract(archive: zipfile.ZipFile, member: str, part: Path) -> None:
@@ -387,28 +389,18 @@ def get_paul_graham(root: Path, force: bool) -> Outcome:
     present = sorted(folder.glob("*.txt")) if folder.is_dir() else []
     if present and not force:
         return Outcome(name, True, f"{_rel(folder)} ({len(present)} essays, already present)")
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as scratch:
-        try:
-            archive_path = first_available([url_source(u) for u in NIAH_ARCHIVES], Path(scratch), check_zip)
-            with zipfile.ZipFile(archive_path) as archive:
-                essays = [
-                    m
-                    for m in archive.namelist()
-                    if m.endswith(".txt") and m.rsplit("/", 2)[-2:-1] == ["PaulGrahamEssays"]
-                ]
-                if not essays:
-                    raise FetchError("the repository archive has no PaulGrahamEssays/*.txt")
-                for member in essays:
-                    install(folder / member.rsplit("/", 1)[-1], lambda part, m=member: _extract(archive, m, part))
-        except (FetchError, zipfile.BadZipFile, OSError, ValueError) as exc:
-            failure = f"{exc}; to get it manually: {manual}"
-        else:
-            failure = ""
-    if failure:
-        _tidy(folder)
-        return Outcome(name, False, failure)
-    return Outcome(name, True, f"{_rel(folder)} ({len(essays)} essays)")
+
+    def unpack(archive: zipfile.ZipFile) -> Outcome:
+        essays = [
+            m for m in archive.namelist() if m.endswith(".txt") and m.rsplit("/", 2)[-2:-1] == ["PaulGrahamEssays"]
+        ]
+        if not essays:
+            raise FetchError("the repository archive has no PaulGrahamEssays/*.txt")
+        for member in essays:
+            install(folder / member.rsplit("/", 1)[-1], lambda part, m=member: _extract(archive, m, part))
+        return Outcome(name, True, f"{_rel(folder)} ({len(essays)} essays)")
+
+    return from_archive(name, folder, [url_source(u) for u in NIAH_ARCHIVES], manual, unpack)
 
 
 GETTERS: dict[str, Callable[[Path, bool], Outcome]] = {

@@ -14,6 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
+from eval import hub
 from eval.benchmarks import infinitebench
 from eval.benchmarks.infinitebench import (
     PROMPTS,
@@ -296,7 +297,7 @@ def test_missing_files_and_the_hub(tmp_path, tok, monkeypatch) -> None:
     message = str(info.value)
     assert str(tmp_path / "passkey.jsonl") in message and str(tmp_path / "math_calc.jsonl") in message
     assert "python scripts/download_data.py infinitebench" in message
-    monkeypatch.setattr(infinitebench, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     with pytest.raises(FileNotFoundError, match="hub is not reachable"):
         bench(tasks=["passkey"], data_dir=str(tmp_path), hub=True).load_samples(tok)
     monkeypatch.setattr(infinitebench, "fetch_task_file", lambda task: (FIXTURES / f"{task}.jsonl", ""))

@@ -15,7 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
-from eval.benchmarks import longbench
+from eval import hub
+from eval.benchmarks import longbench, official
 from eval.benchmarks.jsonl import DataFileError
 from eval.benchmarks.longbench import (
     NO_CHAT_TASKS,
@@ -25,11 +26,10 @@ from eval.benchmarks.longbench import (
     TASKS_EN,
     TASKS_ZH,
     LongBenchBenchmark,
-    bucket_scores,
-    length_bucket,
     split_prompt,
 )
-from eval.metrics import LONGBENCH_TASKS, METRICS
+from eval.benchmarks.longbench_metrics import LONGBENCH_TASKS, bucket_scores, length_bucket
+from eval.metrics import METRICS
 from eval.prompting import render, tokenize
 from eval.results import PREDICTIONS
 from eval.run import CONFIGS
@@ -207,7 +207,7 @@ def test_authors_mode_wraps_llama2_prompts_only() -> None:
     assert wrapped.context == "[INST] " + plain.context and wrapped.question == plain.question + " [/INST]"
     assert not wrapped.chat_template
     assert bench(tasks=["qasper"], chat_template="none").load_samples(llama2)[0].context == plain.context
-    assert longbench.is_llama2(SimpleNamespace(name_or_path="/models/llama2-7b-chat"))
+    assert official.is_llama2(SimpleNamespace(name_or_path="/models/llama2-7b-chat"))
 
 
 def test_official_mode_renders_with_the_chat_template(tok) -> None:
@@ -322,7 +322,7 @@ def test_missing_files_are_all_listed(tmp_path, tok, monkeypatch) -> None:
     assert "qasper.jsonl" not in message
     assert "python scripts/download_data.py longbench" in message
     # with the hub allowed but unreachable the failure is immediate and says why
-    monkeypatch.setattr(longbench, "hub_reachable", lambda: False)
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     with pytest.raises(FileNotFoundError, match="hub is not reachable"):
         bench(tasks=["trec"], data_dir=str(tmp_path), hub=True).load_samples(tok)
 

@@ -1,4 +1,4 @@
-"""Hand-computed checks for eval.metrics.
+"""Hand-computed checks for every registered metric (eval.metrics and eval/benchmarks/*_metrics.py).
 
 Every expected value is worked out in the comment next to it from the official definition
 (LongBench eval.py/metrics.py, RULER constants.py, InfiniteBench compute_scores.py, the
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.metrics import LONGBENCH_TASKS, METRICS, longbench_postprocess, score
+from eval.benchmarks.longbench_metrics import LONGBENCH_TASKS, longbench_postprocess
+from eval.metrics import METRICS, score
 
 # rouge (the PyPI package LongBench uses) divides by (P + R + 1e-8): this is F for P = R = 1.
 PYROUGE_PERFECT = 2.0 * (1.0 / (2.0 + 1e-8))  # 0.999999995

@@ -15,11 +15,11 @@ Tasks, prompts, generation lengths and metrics
     number_string 20 (12), kv_retrieval 80 (50); the other nine are equal (longbook_sum_eng 1200,
     math_calc 30000, ...).
 
-    Scorers: ``infbench_<task>`` of :mod:`eval.metrics` (the official ``compute_scores.py``). The
-    references are built as the official ``get_answer`` does: ``[answer_text, letter]`` for
-    longbook_choice_eng and code_debug; the answer list otherwise, each value passed through
-    ``str`` (math_find: the JSON number; math_calc: one string per expected value, the list
-    unwrapped when nested as in the official file; code_run: the integer).
+    Scorers: ``infbench_<task>`` of :mod:`eval.benchmarks.infinitebench_metrics` (the official
+    ``compute_scores.py``). The references are built as the official ``get_answer`` does:
+    ``[answer_text, letter]`` for longbook_choice_eng and code_debug; the answer list otherwise,
+    each value passed through ``str`` (math_find: the JSON number; math_calc: one string per
+    expected value, the list unwrapped when nested as in the official file; code_run: the integer).
 
 Context / question split
     The template is cut at ``{context}``: ``Sample.context`` is the template head plus the
@@ -60,18 +60,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eval.benchmarks.base import Sample
-from eval.benchmarks.jsonl import DataFileError, Field, JsonlSource, all_items, check_fields, open_jsonl, resolve_path
-from eval.benchmarks.longbench import CHAT_TEMPLATE_MODES, is_llama2
-from eval.hub import hub_reachable
+from eval.benchmarks.jsonl import DataFileError, Field, JsonlSource, all_items, open_jsonl, resolve_path, task_records
+from eval.benchmarks.official import cap_new_tokens, check_loader_knobs, is_llama2, load_task_files, wrap_llama2
+from eval.hub import download_dataset_file
 from eval.metrics import score as score_metric
-from restkv.policy import check_choice
+from restkv.checks import check_choice
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 HUB_REPO = "xinrongzhang2022/InfiniteBench"
 DEFAULT_DATA_DIR = "data/InfiniteBench"
-HOW_TO_GET = "run `python scripts/download_data.py infinitebench` (or put the official jsonl files in bench.data_dir)"
 
 TASKS: tuple[str, ...] = (
     "passkey", "number_string", "kv_retrieval", "longbook_sum_eng", "longbook_choice_eng", "longbook_qa_eng",
@@ -272,93 +271,69 @@ class InfiniteBenchBenchmark:
 
     def __post_init__(self) -> None:
         self.tasks = check_tasks(self.tasks)
-        if not self.tasks:
-            raise ValueError("bench.tasks is empty; name at least one InfiniteBench task")
-        check_choice("bench", "chat_template", self.chat_template, CHAT_TEMPLATE_MODES)
+        check_loader_knobs("InfiniteBench", self.tasks, self.chat_template, self.samples, self.max_new_tokens_cap)
         check_choice("bench", "generation_lengths", self.generation_lengths, GENERATION_LENGTHS)
-        if self.samples is not None and self.samples < 1:
-            raise ValueError(f"bench.samples={self.samples} must be >= 1 (or null for all)")
-        if self.max_new_tokens_cap is not None and self.max_new_tokens_cap < 1:
-            raise ValueError(f"bench.max_new_tokens_cap={self.max_new_tokens_cap} must be >= 1 (or null)")
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
         wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)
-        folder = resolve_path(self.data_dir)
-        samples: list[Sample] = []
-        missing: list[str] = []
-        failures: list[str] = []
-        for task in self.tasks:
-            source = self._open(task, folder, failures)
-            if source is None:
-                missing.append(str(folder / f"{task}.jsonl"))
-                continue
-            samples += self._task_samples(task, source, wrap_inst)
-        if missing:
-            hub_note = f" The hub was not used: {failures[0]}." if failures else ""
-            raise FileNotFoundError(
-                f"InfiniteBench data missing: {', '.join(missing)}.{hub_note} To get the data, {HOW_TO_GET}."
-            )
-        return samples
-
-    def _open(self, task: str, folder: Path, failures: list[str]) -> JsonlSource | None:
-        local = folder / f"{task}.jsonl"
-        if local.is_file():
-            return open_jsonl(local)
-        if not self.hub:
-            return None
-        path, reason = fetch_task_file(task)
-        if path is None:
-            failures.append(reason)
-            return None
-        return open_jsonl(path)
+        return load_task_files(
+            self.tasks,
+            resolve_path(self.data_dir),
+            lambda task: f"{task}.jsonl",
+            lambda task, source: self._task_samples(task, source, wrap_inst),
+            fallback=_HubFiles() if self.hub else None,
+            benchmark="InfiniteBench",
+            dataset="infinitebench",
+        )
 
     def _task_samples(self, task: str, source: JsonlSource, wrap_inst: bool) -> list[Sample]:
-        mode = self.chat_template
-        use_chat = mode == "chat"
-        max_new = max_new_tokens(task, self.generation_lengths)
-        if self.max_new_tokens_cap is not None:
-            max_new = min(max_new, self.max_new_tokens_cap)
-        seen: dict[str, int] = {}
+        """The first ``samples`` records of one task's file as samples of the official prompt."""
+        max_new = cap_new_tokens(max_new_tokens(task, self.generation_lengths), self.max_new_tokens_cap)
         out: list[Sample] = []
-        where = source.where
-        for line, record in source.records:
-            check_fields(record, _FIELDS, benchmark="InfiniteBench", task=task, where=where, line=line)
-            refs = references(task, record, where, line)
-            context, question = split_prompt(task, record, where, line)
+        for line, record in task_records(
+            source, _FIELDS, benchmark="InfiniteBench", task=task, id_field="id", limit=self.samples
+        ):
+            refs = references(task, record, source.where, line)
+            context, question = split_prompt(task, record, source.where, line)
             if wrap_inst:
-                context, question = "[INST] " + context, question + " [/INST]"
-            key = str(record["id"])
-            if key in seen:
-                raise _fail(where, line, task, f"id {record['id']!r} repeats line {seen[key]}")
-            seen[key] = line
+                context, question = wrap_llama2(context, question)
             out.append(
                 Sample(
-                    id=f"infinitebench/{task}/{key}",
+                    id=f"infinitebench/{task}/{record['id']}",
                     task=task,
                     context=context,
                     question=question,
                     references=refs,
                     max_new_tokens=max_new,
                     metric=f"infbench_{task}",
-                    chat_template=use_chat,
-                    meta={"benchmark": "infinitebench", "chat_template": mode, "source": f"{where}:{line}"},
+                    chat_template=self.chat_template == "chat",
+                    meta={
+                        "benchmark": "infinitebench",
+                        "chat_template": self.chat_template,
+                        "source": f"{source.where}:{line}",
+                    },
                 )
             )
-            if self.samples is not None and len(out) >= self.samples:
-                break
         return out
 
     def score(self, sample: Sample, prediction: str) -> float:
         return score_metric(sample.metric, prediction, sample.references)
 
 
+class _HubFiles:
+    """The :class:`~eval.benchmarks.official.FileFallback` of a load: each missing task file from the hub."""
+
+    def __init__(self) -> None:
+        self.failure = ""
+
+    def open(self, file_name: str) -> JsonlSource | None:
+        path, reason = fetch_task_file(file_name.removesuffix(".jsonl"))
+        if path is None:
+            self.failure = self.failure or reason
+            return None
+        return open_jsonl(path)
+
+
 def fetch_task_file(task: str) -> tuple[Path | None, str]:
     """Download (or find in the hub cache) ``<task>.jsonl``; ``(path, "")`` or ``(None, reason)``."""
-    if not hub_reachable():
-        return None, "the Hugging Face hub is not reachable (or HF_HUB_OFFLINE is set)"
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download(repo_id=HUB_REPO, filename=f"{task}.jsonl", repo_type="dataset")), ""
-    except Exception as exc:  # network, auth, disk: all mean "not from the hub"
-        return None, f"downloading {HUB_REPO}/{task}.jsonl failed ({type(exc).__name__}: {exc})"
+    return download_dataset_file(HUB_REPO, f"{task}.jsonl")

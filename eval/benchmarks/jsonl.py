@@ -115,6 +115,36 @@ def check_fields(
             )
 
 
+def task_records(
+    source: JsonlSource,
+    fields: Mapping[str, Field],
+    *,
+    benchmark: str,
+    task: str,
+    id_field: str,
+    limit: int | None = None,
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` for the records of one task's file, each checked before it is yielded.
+
+    A record must have ``fields`` (:func:`check_fields`) and an ``id_field`` value (as a string)
+    that no earlier record of the file has. At most ``limit`` records are read (``None``: all),
+    so a file's lines past the limit are never parsed.
+    """
+    seen: dict[str, int] = {}
+    for count, (line, record) in enumerate(source.records, start=1):
+        check_fields(record, fields, benchmark=benchmark, task=task, where=source.where, line=line)
+        key = str(record[id_field])
+        if key in seen:
+            raise DataFileError(
+                f"{source.where}:{line}: {benchmark} task {task!r}: {id_field} {record[id_field]!r} "
+                f"repeats line {seen[key]}"
+            )
+        seen[key] = line
+        yield line, record
+        if limit is not None and count >= limit:
+            return
+
+
 def _preview(value: Any, limit: int = 40) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -5,7 +5,7 @@ Tasks, prompts, generation lengths and metrics
     ``LongBench/config/dataset2prompt.json`` and ``dataset2maxlen.json`` (THUDM/LongBench),
     reproduced character for character, typos included ("asconcisely"). The ReST-KV authors'
     ``run_longbench.py`` carries identical copies of both tables. The metric per task is the one
-    of the official ``eval.py`` (``dataset2metric``), computed by :mod:`eval.metrics`; the
+    of the official ``eval.py`` (``dataset2metric``), computed by :mod:`eval.benchmarks.longbench_metrics`; the
     official first-line clean-up of trec/triviaqa/samsum/lsht predictions is applied before
     scoring. A task's score is the mean over its samples of the best score over its references
     (x100); the headline number is the unweighted mean of the 16 English task scores.
@@ -80,20 +80,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eval.benchmarks.base import Sample
-from eval.benchmarks.jsonl import (
-    DataFileError,
-    Field,
-    JsonlSource,
-    all_items,
-    check_fields,
-    iter_lines,
-    open_jsonl,
-    resolve_path,
-)
-from eval.hub import hub_reachable
-from eval.metrics import longbench_postprocess
+from eval.benchmarks.jsonl import DataFileError, Field, JsonlSource, all_items, iter_lines, resolve_path, task_records
+from eval.benchmarks.longbench_metrics import bucket_scores, format_buckets, length_bucket, longbench_postprocess
+from eval.benchmarks.official import cap_new_tokens, check_loader_knobs, is_llama2, load_task_files, wrap_llama2
+from eval.hub import download_dataset_file
 from eval.metrics import score as score_metric
-from restkv.policy import check_choice
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -101,7 +92,6 @@ if TYPE_CHECKING:
 HUB_REPO = "THUDM/LongBench"
 HUB_ARCHIVE = "data.zip"
 DEFAULT_DATA_DIR = "data/LongBench"
-HOW_TO_GET = "run `python scripts/download_data.py {name}` (or put the official jsonl files in bench.data_dir)"
 
 TASKS_EN: tuple[str, ...] = (
     "narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique",
@@ -124,8 +114,6 @@ TASKS_E: tuple[str, ...] = (
 NO_CHAT_TASKS: frozenset[str] = frozenset({"trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p"})
 """Tasks official LongBench runs without a chat template, even on chat models."""
 
-CHAT_TEMPLATE_MODES: tuple[str, ...] = ("authors", "official", "none", "chat")
-
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "single_doc_qa": ("narrativeqa", "qasper", "multifieldqa_en", "multifieldqa_zh"),
     "multi_doc_qa": ("hotpotqa", "2wikimqa", "musique", "dureader"),
@@ -135,8 +123,6 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "code": ("lcc", "repobench-p"),
 }
 """LongBench's task categories (README leaderboard columns)."""
-
-LENGTH_BUCKETS: tuple[str, ...] = ("0-4k", "4-8k", "8k+")
 
 _TASK_ALIASES = {"en": TASKS_EN, "zh": TASKS_ZH, "all": TASKS}
 
@@ -149,6 +135,14 @@ class TaskSpec:
     max_new_tokens: int
     metric: str
 
+
+_MULTI_DOC_QA_PROMPT = (
+    "Answer the question based on the given passages. Only give me the answer and do not output any other "
+    "words.\n\nThe following are given passages.\n{context}\n\n"
+    "Answer the question based on the given passages. Only give me the answer and do not output any other "
+    "words.\n\nQuestion: {input}\nAnswer:"
+)
+"""The one prompt official LongBench gives its three multi-document QA tasks (hotpotqa, 2wikimqa, musique)."""
 
 # Official LongBench/config/dataset2prompt.json and dataset2maxlen.json; metrics from eval.py.
 TASK_SPECS: dict[str, TaskSpec] = {
@@ -186,30 +180,9 @@ TASK_SPECS: dict[str, TaskSpec] = {
         64,
         "qa_f1_zh",
     ),
-    "hotpotqa": TaskSpec(
-        "Answer the question based on the given passages. Only give me the answer and do not output any other "
-        "words.\n\nThe following are given passages.\n{context}\n\n"
-        "Answer the question based on the given passages. Only give me the answer and do not output any other "
-        "words.\n\nQuestion: {input}\nAnswer:",
-        32,
-        "qa_f1",
-    ),
-    "2wikimqa": TaskSpec(
-        "Answer the question based on the given passages. Only give me the answer and do not output any other "
-        "words.\n\nThe following are given passages.\n{context}\n\n"
-        "Answer the question based on the given passages. Only give me the answer and do not output any other "
-        "words.\n\nQuestion: {input}\nAnswer:",
-        32,
-        "qa_f1",
-    ),
-    "musique": TaskSpec(
-        "Answer the question based on the given passages. Only give me the answer and do not output any other "
-        "words.\n\nThe following are given passages.\n{context}\n\n"
-        "Answer the question based on the given passages. Only give me the answer and do not output any other "
-        "words.\n\nQuestion: {input}\nAnswer:",
-        32,
-        "qa_f1",
-    ),
+    "hotpotqa": TaskSpec(_MULTI_DOC_QA_PROMPT, 32, "qa_f1"),
+    "2wikimqa": TaskSpec(_MULTI_DOC_QA_PROMPT, 32, "qa_f1"),
+    "musique": TaskSpec(_MULTI_DOC_QA_PROMPT, 32, "qa_f1"),
     "dureader": TaskSpec(
         "请基于给定的文章回答下述问题。\n\n文章：{context}\n\n请基于上述文章回答下面的问题。\n\n问题：{input}\n回答：",
         128,
@@ -302,21 +275,6 @@ _FIELDS: dict[str, Field] = {
 }
 
 
-def length_bucket(length: int) -> str:
-    """The official LongBench-E bucket of a sample's ``length`` field."""
-    if length < 4000:
-        return "0-4k"
-    if length < 8000:
-        return "4-8k"
-    return "8k+"
-
-
-def is_llama2(tokenizer: Any) -> bool:
-    """Whether the tokenizer's name or path names a Llama-2 model ("llama2" or "llama-2")."""
-    name = str(getattr(tokenizer, "name_or_path", "") or "").lower()
-    return "llama2" in name or "llama-2" in name
-
-
 def split_prompt(task: str, record: dict[str, Any]) -> tuple[str, str]:
     """The official prompt of ``record`` cut after its context: ``(head + context, rest)``."""
     head, tail = TASK_SPECS[task].prompt.split("{context}")
@@ -341,22 +299,22 @@ def expand_tasks(tasks: list[str] | tuple[str, ...], longbench_e: bool = False) 
     return list(dict.fromkeys(out))
 
 
-def _references(record: dict[str, Any], task: str, where: str, line: int) -> list[str]:
+def _references(record: dict[str, Any], task: str, at: str) -> list[str]:
+    """The record's ``answers``, checked to be a non-empty list of strings (``at``: ``file:line``)."""
     answers = record["answers"]
     if not answers or not all_items(answers, (str,)):
-        raise DataFileError(
-            f"{where}:{line}: LongBench task {task!r}: field 'answers' must be a non-empty list of strings"
-        )
+        raise DataFileError(f"{at}: LongBench task {task!r}: field 'answers' must be a non-empty list of strings")
     return list(answers)
 
 
-def _all_classes(record: dict[str, Any], task: str, where: str, line: int) -> list[str] | None:
+def _all_classes(record: dict[str, Any], task: str, at: str) -> list[str] | None:
+    """The record's ``all_classes``, checked (a list of strings, required by the classification metric)."""
     classes = record["all_classes"]
     if classes is not None and not all_items(classes, (str,)):
-        raise DataFileError(f"{where}:{line}: LongBench task {task!r}: field 'all_classes' must list strings")
+        raise DataFileError(f"{at}: LongBench task {task!r}: field 'all_classes' must list strings")
     if TASK_SPECS[task].metric == "classification" and not classes:
         raise DataFileError(
-            f"{where}:{line}: LongBench task {task!r}: field 'all_classes' must list the classes "
+            f"{at}: LongBench task {task!r}: field 'all_classes' must list the classes "
             "(the classification metric needs them)"
         )
     return classes
@@ -384,13 +342,7 @@ class LongBenchBenchmark:
 
     def __post_init__(self) -> None:
         self.tasks = expand_tasks(self.tasks, self.longbench_e)
-        if not self.tasks:
-            raise ValueError("bench.tasks is empty; name at least one LongBench task")
-        check_choice("bench", "chat_template", self.chat_template, CHAT_TEMPLATE_MODES)
-        if self.samples is not None and self.samples < 1:
-            raise ValueError(f"bench.samples={self.samples} must be >= 1 (or null for all)")
-        if self.max_new_tokens_cap is not None and self.max_new_tokens_cap < 1:
-            raise ValueError(f"bench.max_new_tokens_cap={self.max_new_tokens_cap} must be >= 1 (or null)")
+        check_loader_knobs("LongBench", self.tasks, self.chat_template, self.samples, self.max_new_tokens_cap)
 
     @property
     def variant(self) -> str:
@@ -403,86 +355,62 @@ class LongBenchBenchmark:
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
         wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)
-        folder = resolve_path(self.data_dir)
-        archive = _Archive(enabled=self.hub)
-        samples: list[Sample] = []
-        missing: list[str] = []
+        archive = _Archive() if self.hub else None
         try:
-            for task in self.tasks:
-                source = self._open(task, folder, archive)
-                if source is None:
-                    missing.append(str(folder / self.file_name(task)))
-                    continue
-                samples += self._task_samples(task, source, wrap_inst)
-        finally:
-            archive.close()
-        if missing:
-            hub_note = f" The hub was not used: {archive.failure}." if archive.failure else ""
-            raise FileNotFoundError(
-                f"{'LongBench-E' if self.longbench_e else 'LongBench'} data missing: {', '.join(missing)}.{hub_note} "
-                f"To get the data, {HOW_TO_GET.format(name=self.variant)}."
+            return load_task_files(
+                self.tasks,
+                resolve_path(self.data_dir),
+                self.file_name,
+                lambda task, source: self._task_samples(task, source, wrap_inst),
+                fallback=archive,
+                benchmark="LongBench-E" if self.longbench_e else "LongBench",
+                dataset=self.variant,
             )
-        return samples
-
-    def _open(self, task: str, folder: Path, archive: _Archive) -> JsonlSource | None:
-        local = folder / self.file_name(task)
-        if local.is_file():
-            return open_jsonl(local)
-        return archive.open(self.file_name(task))
+        finally:
+            if archive is not None:
+                archive.close()
 
     def _task_samples(self, task: str, source: JsonlSource, wrap_inst: bool) -> list[Sample]:
+        """The first ``samples`` records of one task's file as samples."""
+        records = task_records(source, _FIELDS, benchmark="LongBench", task=task, id_field="_id", limit=self.samples)
+        return [self._sample(task, record, f"{source.where}:{line}", wrap_inst) for line, record in records]
+
+    def _sample(self, task: str, record: dict[str, Any], at: str, wrap_inst: bool) -> Sample:
+        """One record (found at ``at``, ``file:line``) as the sample of the official prompt."""
         spec = TASK_SPECS[task]
+        references = _references(record, task, at)
+        classes = _all_classes(record, task, at)
+        context, question = split_prompt(task, record)
+        if wrap_inst:
+            context, question = wrap_llama2(context, question)
         mode = self.chat_template
-        use_chat = mode == "chat" or (mode == "official" and task not in NO_CHAT_TASKS)
-        max_new = (
-            spec.max_new_tokens
-            if self.max_new_tokens_cap is None
-            else min(spec.max_new_tokens, self.max_new_tokens_cap)
+        return Sample(
+            id=f"{self.variant}/{task}/{record['_id']}",
+            task=task,
+            context=context,
+            question=question,
+            references=references,
+            max_new_tokens=cap_new_tokens(spec.max_new_tokens, self.max_new_tokens_cap),
+            metric=spec.metric,
+            chat_template=mode == "chat" or (mode == "official" and task not in NO_CHAT_TASKS),
+            meta=self._meta(record, classes, at),
         )
-        seen: dict[str, int] = {}
-        out: list[Sample] = []
-        where = source.where
-        for line, record in source.records:
-            check_fields(record, _FIELDS, benchmark="LongBench", task=task, where=where, line=line)
-            references = _references(record, task, where, line)
-            classes = _all_classes(record, task, where, line)
-            sample_id = record["_id"]
-            if sample_id in seen:
-                raise DataFileError(
-                    f"{where}:{line}: LongBench task {task!r}: _id {sample_id!r} repeats line {seen[sample_id]}"
-                )
-            seen[sample_id] = line
-            context, question = split_prompt(task, record)
-            if wrap_inst:
-                context, question = "[INST] " + context, question + " [/INST]"
-            meta: dict[str, Any] = {
-                "benchmark": self.variant,
-                "length": record["length"],
-                "all_classes": classes,
-                "chat_template": mode,
-                "source": f"{where}:{line}",
-            }
-            for key in ("dataset", "language"):
-                if key in record:
-                    meta[key] = record[key]
-            if self.longbench_e:
-                meta["length_bucket"] = length_bucket(record["length"])
-            out.append(
-                Sample(
-                    id=f"{self.variant}/{task}/{sample_id}",
-                    task=task,
-                    context=context,
-                    question=question,
-                    references=references,
-                    max_new_tokens=max_new,
-                    metric=spec.metric,
-                    chat_template=use_chat,
-                    meta=meta,
-                )
-            )
-            if self.samples is not None and len(out) >= self.samples:
-                break
-        return out
+
+    def _meta(self, record: dict[str, Any], classes: list[str] | None, at: str) -> dict[str, Any]:
+        """A sample's metadata: variant, ``length`` (and its LongBench-E bucket), classes, mode and source."""
+        meta: dict[str, Any] = {
+            "benchmark": self.variant,
+            "length": record["length"],
+            "all_classes": classes,
+            "chat_template": self.chat_template,
+            "source": at,
+        }
+        for key in ("dataset", "language"):
+            if key in record:
+                meta[key] = record[key]
+        if self.longbench_e:
+            meta["length_bucket"] = length_bucket(record["length"])
+        return meta
 
     # ---------------------------------------------------------------- scoring
 
@@ -515,52 +443,23 @@ class LongBenchBenchmark:
         return extra
 
 
-def bucket_scores(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per task and bucket the mean score (x100), and per bucket the mean over tasks (official ``scorer_e``)."""
-    per_task: dict[str, dict[str, list[float]]] = {}
-    for record in records:
-        bucket = length_bucket(int(record["meta"]["length"]))
-        per_task.setdefault(record["task"], {}).setdefault(bucket, []).append(float(record["score"]))
-    tasks = {
-        task: {b: 100 * statistics.fmean(buckets[b]) for b in LENGTH_BUCKETS if b in buckets}
-        for task, buckets in per_task.items()
-    }
-    average = {
-        b: statistics.fmean(scores[b] for scores in tasks.values() if b in scores)
-        for b in LENGTH_BUCKETS
-        if any(b in scores for scores in tasks.values())
-    }
-    return {"tasks": tasks, "average": average}
-
-
-def format_buckets(buckets: dict[str, Any]) -> str:
-    """The LongBench-E length-bucket table as plain text."""
-    tasks = buckets["tasks"]
-    width = max([len("average"), *(len(t) for t in tasks)])
-    lines = [f"{'LongBench-E':<{width}}  " + "  ".join(f"{b:>6}" for b in LENGTH_BUCKETS)]
-    rows = [*tasks.items(), ("average", buckets["average"])]
-    for task, scores in rows:
-        cells = "  ".join(f"{scores[b]:6.2f}" if b in scores else f"{'-':>6}" for b in LENGTH_BUCKETS)
-        lines.append(f"{task:<{width}}  {cells}")
-    return "\n".join(lines)
-
-
 # -------------------------------------------------------------------- the hub archive
 
 
 @dataclass
 class _Archive:
-    """The official ``data.zip`` of ``THUDM/LongBench``, downloaded (or found in the cache) at most once per load."""
+    """The official ``data.zip`` of ``THUDM/LongBench``, downloaded (or found in the cache) at most once per load.
 
-    enabled: bool
+    The :class:`~eval.benchmarks.official.FileFallback` of a load: task files missing from the
+    data folder are read from the archive in place, without unpacking it.
+    """
+
     path: Path | None = None
     failure: str = ""
     tried: bool = False
     _zip: zipfile.ZipFile | None = None
 
     def open(self, file_name: str) -> JsonlSource | None:
-        if not self.enabled:
-            return None
         if not self.tried:
             self.tried = True
             self.path, self.failure = fetch_archive()
@@ -582,11 +481,4 @@ class _Archive:
 
 def fetch_archive() -> tuple[Path | None, str]:
     """Download (or find in the hub cache) the official ``data.zip``; ``(path, "")`` or ``(None, reason)``."""
-    if not hub_reachable():
-        return None, "the Hugging Face hub is not reachable (or HF_HUB_OFFLINE is set)"
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download(repo_id=HUB_REPO, filename=HUB_ARCHIVE, repo_type="dataset")), ""
-    except Exception as exc:  # network, auth, disk: all mean "not from the hub"
-        return None, f"downloading {HUB_REPO}/{HUB_ARCHIVE} failed ({type(exc).__name__}: {exc})"
+    return download_dataset_file(HUB_REPO, HUB_ARCHIVE)

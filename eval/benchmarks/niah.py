@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from eval.benchmarks.base import Sample
 from eval.benchmarks.haystack import haystack_name, load_haystack
 from eval.metrics import score as score_metric
+from restkv.checks import check_choice
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -61,6 +62,7 @@ MAX_NEW_TOKENS = 30
 METRIC = "niah_rouge"
 
 PromptFormat = Literal["chat", "book"]
+PROMPT_FORMATS: tuple[str, ...] = ("chat", "book")
 
 
 def context_length_grid(min_length: int = 1000, max_length: int = 32001, step: int = 200) -> list[int]:
@@ -119,6 +121,78 @@ def _insert(tokens: list[int], needle: list[int], depth_percent: float, ends: _S
     return tokens[:point] + needle + tokens[point:], point
 
 
+@dataclass(frozen=True)
+class _PromptParts:
+    """What surrounds the document in one prompt format: ``prefix + document + suffix`` is the context."""
+
+    question: str
+    answer_prefix: str = ""
+    prefix: str = ""
+    suffix: str = ""
+    system_prompt: str = ""
+    chat_template: bool = False
+
+
+def _prompt_parts(prompt_format: PromptFormat) -> _PromptParts:
+    """The question, answer cue and document wrapper of ``prompt_format`` (see the module docstring)."""
+    if prompt_format == "chat":
+        question = "\n\n" + f"{RETRIEVAL_QUESTION} {INSTRUCTION}"
+        return _PromptParts(question, system_prompt=SYSTEM_PROMPT, chat_template=True)
+    return _PromptParts(BOOK_QUESTION + RETRIEVAL_QUESTION, BOOK_ANSWER_PREFIX, BOOK_PREFIX, BOOK_SUFFIX)
+
+
+def _check_grid(context_lengths: Sequence[int], depth_percents: Sequence[float], needle_tokens: int) -> None:
+    """Raise ``ValueError`` for a depth outside [0, 100] or a length with no room for the buffer and needle."""
+    for depth in depth_percents:
+        if not 0 <= depth <= 100:
+            raise ValueError(f"depth percent {depth} is outside [0, 100]")
+    smallest = FINAL_CONTEXT_LENGTH_BUFFER + needle_tokens
+    for length in context_lengths:
+        if length <= smallest:
+            raise ValueError(f"context length {length} is too short: it must exceed {smallest} tokens")
+
+
+def _sample(
+    tokenizer: PreTrainedTokenizerBase,
+    parts: _PromptParts,
+    document: list[int],
+    with_needle: list[int],
+    *,
+    point: int,
+    length: int,
+    depth: float,
+    labels: dict[str, Any],
+) -> Sample:
+    """The sample of one grid cell: ``with_needle`` (``document`` with the needle at token ``point``) decoded.
+
+    ``labels`` are the metadata every cell shares (haystack name, prompt format).
+    """
+    context = parts.prefix + tokenizer.decode(with_needle, skip_special_tokens=True) + parts.suffix
+    meta = {
+        "benchmark": "niah",
+        "context_length": int(length),
+        "depth_percent": float(depth),
+        **labels,
+        "prompt_tokens": len(_encode(tokenizer, context + parts.question + parts.answer_prefix)),
+        "context_tokens": len(with_needle),
+        "needle_token": point,
+        "needle_position": point / max(len(document), 1),
+    }
+    return Sample(
+        id=f"niah/{length}/{depth:g}",
+        task="niah",
+        context=context,
+        question=parts.question,
+        answer_prefix=parts.answer_prefix,
+        references=[NEEDLE.strip()],
+        max_new_tokens=MAX_NEW_TOKENS,
+        metric=METRIC,
+        system_prompt=parts.system_prompt,
+        chat_template=parts.chat_template,
+        meta=meta,
+    )
+
+
 def generate(
     tokenizer: PreTrainedTokenizerBase,
     context_lengths: Sequence[int],
@@ -135,64 +209,24 @@ def generate(
     ``context_tokens`` and the needle's token offset in the document (``needle_token``,
     ``needle_position`` as a fraction).
     """
-    if prompt_format not in ("chat", "book"):
+    if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"prompt_format must be 'chat' or 'book', not {prompt_format!r}")
     if not context_lengths or not depth_percents:
         return []
-    for depth in depth_percents:
-        if not 0 <= depth <= 100:
-            raise ValueError(f"depth percent {depth} is outside [0, 100]")
     needle_ids = _encode(tokenizer, NEEDLE)
-    smallest = FINAL_CONTEXT_LENGTH_BUFFER + len(needle_ids)
-    for length in context_lengths:
-        if length <= smallest:
-            raise ValueError(f"context length {length} is too short: it must exceed {smallest} tokens")
-
-    text = load_haystack(haystack)
-    name = haystack_name(haystack)
-    longest = max(context_lengths) - FINAL_CONTEXT_LENGTH_BUFFER - len(needle_ids)
-    tokens = _haystack_tokens(tokenizer, text, longest)
+    _check_grid(context_lengths, depth_percents, len(needle_ids))
+    room = FINAL_CONTEXT_LENGTH_BUFFER + len(needle_ids)  # tokens of each length not taken by the haystack
+    tokens = _haystack_tokens(tokenizer, load_haystack(haystack), max(context_lengths) - room)
     ends = _SentenceEnds(tokenizer)
-
-    if prompt_format == "chat":
-        question = "\n\n" + f"{RETRIEVAL_QUESTION} {INSTRUCTION}"
-        answer_prefix, prefix, suffix = "", "", ""
-    else:
-        question = BOOK_QUESTION + RETRIEVAL_QUESTION
-        answer_prefix, prefix, suffix = BOOK_ANSWER_PREFIX, BOOK_PREFIX, BOOK_SUFFIX
-
+    parts = _prompt_parts(prompt_format)
+    labels = {"haystack": haystack_name(haystack), "prompt_format": prompt_format}
     samples: list[Sample] = []
     for length in context_lengths:
-        document = tokens[: length - FINAL_CONTEXT_LENGTH_BUFFER - len(needle_ids)]
+        document = tokens[: length - room]
         for depth in depth_percents:
             with_needle, point = _insert(document, needle_ids, depth, ends)
-            context = prefix + tokenizer.decode(with_needle, skip_special_tokens=True) + suffix
-            prompt_tokens = len(_encode(tokenizer, context + question + answer_prefix))
-            meta: dict[str, Any] = {
-                "benchmark": "niah",
-                "context_length": int(length),
-                "depth_percent": float(depth),
-                "haystack": name,
-                "prompt_format": prompt_format,
-                "prompt_tokens": prompt_tokens,
-                "context_tokens": len(with_needle),
-                "needle_token": point,
-                "needle_position": point / max(len(document), 1),
-            }
             samples.append(
-                Sample(
-                    id=f"niah/{length}/{depth:g}",
-                    task="niah",
-                    context=context,
-                    question=question,
-                    answer_prefix=answer_prefix,
-                    references=[NEEDLE.strip()],
-                    max_new_tokens=MAX_NEW_TOKENS,
-                    metric=METRIC,
-                    system_prompt=SYSTEM_PROMPT if prompt_format == "chat" else "",
-                    chat_template=prompt_format == "chat",
-                    meta=meta,
-                )
+                _sample(tokenizer, parts, document, with_needle, point=point, length=length, depth=depth, labels=labels)
             )
     return samples
 
@@ -267,8 +301,7 @@ class NiahBenchmark:
     name: str = "niah"
 
     def __post_init__(self) -> None:
-        if self.prompt_format not in ("chat", "book"):
-            raise ValueError(f"bench.prompt_format={self.prompt_format!r} is not allowed; choose one of: chat, book")
+        check_choice("bench", "prompt_format", self.prompt_format, PROMPT_FORMATS)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
         return generate(tokenizer, self.lengths, self.depths, self.haystack, prompt_format=self.prompt_format)  # type: ignore[arg-type]

@@ -1,0 +1,113 @@
+"""What the benchmarks read from their official data files (LongBench, InfiniteBench) have in common.
+
+Both load one JSON-lines file per task from a data folder, falling back to the Hugging Face hub,
+and fail with every missing file listed; both take the same knobs for a quick run (``samples``,
+``max_new_tokens_cap``) and the same ``chat_template`` modes, including the ReST-KV authors'
+``"[INST] {prompt} [/INST]"`` wrapper for Llama-2 models (described in
+:mod:`eval.benchmarks.longbench`). Each of these lives here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from eval.benchmarks.jsonl import JsonlSource, open_jsonl
+from restkv.checks import check_choice
+
+__all__ = [
+    "CHAT_TEMPLATE_MODES",
+    "FileFallback",
+    "cap_new_tokens",
+    "check_loader_knobs",
+    "is_llama2",
+    "load_task_files",
+    "wrap_llama2",
+]
+
+CHAT_TEMPLATE_MODES: tuple[str, ...] = ("authors", "official", "none", "chat")
+"""The ``chat_template`` knob's values (see :mod:`eval.benchmarks.longbench` for what each means)."""
+
+HOW_TO_GET = "run `python scripts/download_data.py {dataset}` (or put the official jsonl files in bench.data_dir)"
+"""What a missing-data message tells the user to do, for the download script's dataset name."""
+
+T = TypeVar("T")
+
+
+def is_llama2(tokenizer: Any) -> bool:
+    """Whether the tokenizer's name or path names a Llama-2 model ("llama2" or "llama-2")."""
+    name = str(getattr(tokenizer, "name_or_path", "") or "").lower()
+    return "llama2" in name or "llama-2" in name
+
+
+def wrap_llama2(context: str, question: str) -> tuple[str, str]:
+    """The authors' Llama-2 wrapper around the whole prompt: ``"[INST] " + context``, ``question + " [/INST]"``."""
+    return "[INST] " + context, question + " [/INST]"
+
+
+def check_loader_knobs(
+    benchmark: str, tasks: Sequence[str], chat_template: str, samples: int | None, max_new_tokens_cap: int | None
+) -> None:
+    """Raise ``ValueError`` naming the knob for an empty task list, an unknown chat-template mode or a cap below 1."""
+    if not tasks:
+        raise ValueError(f"bench.tasks is empty; name at least one {benchmark} task")
+    check_choice("bench", "chat_template", chat_template, CHAT_TEMPLATE_MODES)
+    if samples is not None and samples < 1:
+        raise ValueError(f"bench.samples={samples} must be >= 1 (or null for all)")
+    if max_new_tokens_cap is not None and max_new_tokens_cap < 1:
+        raise ValueError(f"bench.max_new_tokens_cap={max_new_tokens_cap} must be >= 1 (or null)")
+
+
+def cap_new_tokens(max_new_tokens: int, cap: int | None) -> int:
+    """``max_new_tokens`` lowered to ``cap`` (``None``: the official length unchanged)."""
+    return max_new_tokens if cap is None else min(max_new_tokens, cap)
+
+
+class FileFallback(Protocol):
+    """Where a task file is fetched from when the data folder lacks it (the hub), and why that failed."""
+
+    failure: str
+    """Why a file could not be fetched ('' while nothing failed), for the missing-data message."""
+
+    def open(self, file_name: str) -> JsonlSource | None:
+        """The records of ``file_name``, or ``None`` when it cannot be had."""
+        ...
+
+
+def load_task_files(
+    tasks: Sequence[str],
+    folder: Path,
+    file_name: Callable[[str], str],
+    build: Callable[[str, JsonlSource], list[T]],
+    *,
+    fallback: FileFallback | None,
+    benchmark: str,
+    dataset: str,
+) -> list[T]:
+    """Every task's samples, built by ``build`` from its file in ``folder`` (else from ``fallback``), in task order.
+
+    Every task is tried before failing, so the ``FileNotFoundError`` lists all the missing files
+    at once, says why the fallback did not help and how to get the data: the
+    ``scripts/download_data.py`` command for ``dataset``.
+    """
+    samples: list[T] = []
+    missing: list[str] = []
+    for task in tasks:
+        local = folder / file_name(task)
+        if local.is_file():
+            source: JsonlSource | None = open_jsonl(local)
+        else:
+            source = fallback.open(file_name(task)) if fallback is not None else None
+        if source is None:
+            missing.append(str(local))
+            continue
+        samples += build(task, source)
+    if missing:
+        failure = fallback.failure if fallback is not None else ""
+        hub_note = f" The hub was not used: {failure}." if failure else ""
+        how_to_get = HOW_TO_GET.format(dataset=dataset)
+        raise FileNotFoundError(
+            f"{benchmark} data missing: {', '.join(missing)}.{hub_note} To get the data, {how_to_get}."
+        )
+    return samples
