@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import torch
 
-from restkv.policy import LayerInputs, Policy, check_number
+from restkv.checks import check_number
+from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from restkv.policy import LayerInputs, Policy, check_number
+from restkv.checks import check_number
+from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 
 

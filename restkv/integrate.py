@@ -31,9 +31,10 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.cache import CompressedLayer
+from restkv.checks import check_choice
 from restkv.decode import can_use_decode_attention, decode_attention
 from restkv.devices import synchronize
-from restkv.policy import LayerInputs, Policy, check_choice
+from restkv.policy import LayerInputs, Policy
 from restkv.scoring import output_gram
 from restkv.select import Budget, gather_positions
 

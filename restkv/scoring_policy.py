@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import torch
 
 from restkv import scoring
-from restkv.policy import LayerInputs, Policy, check_choice, check_number
+from restkv.checks import check_choice, check_number
+from restkv.policy import LayerInputs, Policy
 
 INDICATORS = ("attention", "attention_value", "reconstruction")
 ORDERS = ("after", "before")
