@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from eval.paths import local_path
 
 
 class DataFileError(ValueError):
@@ -44,11 +44,8 @@ def resolve_path(path: str | Path) -> Path:
     A relative path that exists in neither place is returned unchanged, so error messages show
     what the user wrote.
     """
-    given = Path(path).expanduser()
-    if given.is_absolute() or given.exists():
-        return given
-    under_root = PROJECT_ROOT / given
-    return under_root if under_root.exists() else given
+    local = local_path(path)
+    return local if local is not None else Path(path).expanduser()
 
 
 def iter_lines(lines: Iterable[str | bytes], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
