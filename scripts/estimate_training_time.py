@@ -15,59 +15,65 @@ held-out evaluations, a few percent of a CPU run, are not counted).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import scripts.train_micro_model as train  # noqa: E402
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from microtrain.batches import Batch, make_batch
+from microtrain.config import EXPORT_DIR
+from microtrain.curriculum import State
+from microtrain.examples import TaskData
+from microtrain.model import build_model, make_optimizer, train_step
+from microtrain.options import Precision
+from microtrain.recipes import RECIPES, Stage, scaled_stages
+from restkv.devices import synchronize
 
 
-def make_batches(data: train.TaskData, stage_index: int, count: int) -> tuple[list, float]:
+def make_batches(data: TaskData, stages: tuple[Stage, ...], stage_index: int, count: int) -> tuple[list[Batch], float]:
     """``count`` batches of one stage (from steps far from any training seed) and the seconds each took."""
-    state = train.State(stage=stage_index)
+    state = State(stage=stage_index)
     batches = []
     start = time.perf_counter()
     for i in range(count):
         state.step = 10**7 + i
-        batches.append(train.make_batch(data, state)[:3])
+        ids, positions, labels, _ = make_batch(data, stages, state)
+        batches.append((ids, positions, labels))
     return batches, (time.perf_counter() - start) / count
 
 
-def time_steps(model, optimizer, batches: list, device: torch.device) -> float:
+def time_steps(
+    model: LlamaForCausalLM,
+    optimizer: torch.optim.Optimizer,
+    batches: list[Batch],
+    device: torch.device,
+    precision: Precision,
+) -> float:
     """Seconds per training step (forward, backward, optimizer) over ``batches``, the first one a warm-up."""
     timings = []
     for ids, positions, labels in batches:
         ids, positions, labels = ids.to(device), positions.to(device), labels.to(device)
         synchronize(device)
         tick = time.perf_counter()
-        train.train_step(model, optimizer, ids, positions, labels)
+        train_step(model, optimizer, ids, positions, labels, precision)
         synchronize(device)
         timings.append(time.perf_counter() - tick)
     return sum(timings[1:]) / (len(timings) - 1)
 
 
-def estimate(model, optimizer, data: train.TaskData, args: argparse.Namespace, scale: int) -> float:
+def estimate(
+    model: LlamaForCausalLM, optimizer: torch.optim.Optimizer, data: TaskData, args: argparse.Namespace, scale: int
+) -> float:
     """Print each stage's timings at batch ``scale`` and return the recipe's seconds at every stage's step cap."""
-    train.STAGES = train.scaled_stages(train.RECIPE, scale)
+    stages = scaled_stages(RECIPES[args.recipe], scale)
     print(f"recipe {args.recipe}, batch x{scale}, {args.device} {args.precision}, {args.workers} workers")
     print(f"{'stage':20s} {'length':>6s} {'batch':>5s} {'steps':>5s} {'step s':>8s} {'batch s':>8s} {'est s':>8s}")
     step_seconds: dict[tuple[int, int], float] = {}  # the model's cost depends on the shape alone
     total = 0.0
-    for index, stage in enumerate(train.STAGES):
-        batches, making = make_batches(data, index, args.steps + 1)
+    for index, stage in enumerate(stages):
+        batches, making = make_batches(data, stages, index, args.steps + 1)
         if (stage.length, stage.batch) not in step_seconds:
-            step_seconds[stage.length, stage.batch] = time_steps(model, optimizer, batches, args.device)
+            step_seconds[stage.length, stage.batch] = time_steps(model, optimizer, batches, args.device, args.precision)
         compute = step_seconds[stage.length, stage.batch]
         per_step = max(compute, making / args.workers) if args.workers else compute + making
         total += stage.max_steps * per_step
@@ -80,7 +86,8 @@ def estimate(model, optimizer, data: train.TaskData, args: argparse.Namespace, s
     return total
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (see the module's docstring)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipe", default="v3", choices=["v2", "v3"], help="a recipe of the shipped tokenizer")
     parser.add_argument("--device", default="cpu")
@@ -98,15 +105,19 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 1 or args.batch_scale < 1 or args.workers < 0:
         raise SystemExit("--steps and --batch-scale must be >= 1 and --workers >= 0")
+    return args
 
+
+def main() -> None:
+    """Estimate at ``--batch-scale``, halving it with ``--fit-hours`` until the estimate fits."""
+    args = parse_args()
     torch.set_num_threads(args.threads)
-    train.PRECISION = args.precision
-    train.RECIPE = train.RECIPES[args.recipe]
+    recipe = RECIPES[args.recipe]
     args.device = torch.device(args.device)
-    tokenizer = train.PreTrainedTokenizerFast.from_pretrained(train.EXPORT_DIR)  # the shipped tokenizer
-    data = train.TaskData(tokenizer)
-    model = train.build_model(tokenizer).to(args.device).train()
-    optimizer = train.make_optimizer(model)
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(EXPORT_DIR)  # the shipped tokenizer
+    data = TaskData(tokenizer, recipe.recall_gaps)
+    model = build_model(tokenizer).to(args.device).train()
+    optimizer = make_optimizer(model, recipe.stages[0].lr)
     scale = args.batch_scale
     while True:
         total = estimate(model, optimizer, data, args, scale)

@@ -2,7 +2,7 @@
 
 Prompts are the micro suite's (``eval.benchmarks.micro``, ``bench=micro``: RULER's tasks in
 cued templates, plus passkey), RULER's (``eval.benchmarks.ruler.generate``: RULER's templates)
-and the key-value retrieval prompt of ``scripts/train_micro_model.py``, with the bundled
+and the key-value retrieval prompt of the training (:mod:`microtrain.samples`), with the bundled
 evaluation novel *Emma* as the essay haystack, all from evaluation seeds (small integers; training used
 seeds >= 10**6 and the training novel). Each sample is answered greedily, as ``eval/run.py``
 answers it (query-aware protocol, no chat template), and scored with RULER's
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,27 +30,19 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from eval.benchmarks import micro, ruler
+from eval.benchmarks.base import Sample
+from eval.configs import configured_policy
+from eval.generation import answer, teacher_forced_logprobs
+from eval.metrics import ruler_string_match_all
+from eval.prompting import tokenize
+from microtrain.config import EXPORT_DIR
+from microtrain.samples import EXTRA_TASKS, KV_MAX_NEW_TOKENS, kv_retrieval_sample, target_text
+from microtrain.samples import TASKS as RULER_AND_EXTRA_TASKS
+from restkv import compress
+from restkv.policy import Policy
 
-from eval.benchmarks import micro, ruler  # noqa: E402
-from eval.benchmarks.base import Sample  # noqa: E402
-from eval.configs import configured_policy  # noqa: E402
-from eval.generation import answer, teacher_forced_logprobs  # noqa: E402
-from eval.metrics import ruler_string_match_all  # noqa: E402
-from eval.prompting import tokenize  # noqa: E402
-from restkv import compress  # noqa: E402
-from restkv.policy import Policy  # noqa: E402
-from scripts.train_micro_model import (  # noqa: E402
-    EXTRA_TASKS,
-    KV_MAX_NEW_TOKENS,
-    kv_retrieval_sample,
-    target_text,
-)
-from scripts.train_micro_model import TASKS as RULER_AND_EXTRA_TASKS  # noqa: E402
-
-DEFAULT_MODEL = REPO / "models" / "micro-llama"
+DEFAULT_MODEL = EXPORT_DIR
 TASKS = (*micro.TASKS, *(t for t in RULER_AND_EXTRA_TASKS if t not in micro.TASK_CONFIGS))
 """The micro suite (``bench=micro``), then RULER's needle tasks and ``vt``, then key-value retrieval."""
 
@@ -71,12 +62,14 @@ def samples_for(task: str, tokenizer: PreTrainedTokenizerBase, length: int, coun
 def load(
     path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model (SDPA attention, evaluation mode) and tokenizer of a Hugging Face folder."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa").to(device).eval()
     return model, tokenizer
 
 
 def max_new_tokens(task: str) -> int:
+    """The answer room of ``task``: the micro suite's, the key-value prompt's or RULER's."""
     if task in micro.TASK_CONFIGS:
         return micro.max_new_tokens(task)
     if task == "kv_retrieval":
@@ -114,6 +107,8 @@ def run_sample(
 
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Means of one (policy, length, task) cell's records, and ``exact`` over its mid-depth samples."""
+
     def mean(values: list[float]) -> float | None:
         return round(sum(values) / len(values), 4) if values else None
 
@@ -130,6 +125,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    """Evaluate every (length, task, policy) cell, print each, and write them with ``--out``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--lengths", default="4096", help="comma-separated context lengths (RULER's definition)")

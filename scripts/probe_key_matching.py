@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from eval.benchmarks import ruler  # noqa: E402
+from eval.benchmarks import ruler
+from microtrain.config import EXPORT_DIR
 
 FORMATS: dict[str, tuple[str, str]] = {
     "key value": ("{k} {v}.", "{k}"),
@@ -52,8 +47,9 @@ def prompt(line: str, query: str, keys: int, seed: str) -> tuple[str, str]:
 
 @torch.no_grad()
 def main() -> None:
+    """Probe every format at every number of keys and print the exact-match counts."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=str(REPO / "models" / "micro-llama"))
+    parser.add_argument("--model", default=str(EXPORT_DIR))
     parser.add_argument("--keys", default="2,4,8", help="comma-separated numbers of keys per prompt")
     parser.add_argument("--samples", type=int, default=30)
     args = parser.parse_args()
