@@ -309,13 +309,5 @@ class KVCompressor:
         self.record.kept.append(indices.shape[2])
 
 
-def compress(
-    model: nn.Module,
-    policy: Policy,
-    budget: int | float | Budget,
-    decode_reserve: int = 0,
-    decode_kernel: str = "model",
-    timed: bool = False,
-) -> KVCompressor:
-    """Evict ``model``'s KV cache with ``policy`` under ``budget`` inside a ``with`` block (see `KVCompressor`)."""
-    return KVCompressor(model, policy, budget, decode_reserve=decode_reserve, decode_kernel=decode_kernel, timed=timed)
+compress = KVCompressor
+"""``with compress(model, policy, budget, ...):`` evicts ``model``'s KV cache inside the block (`KVCompressor`)."""

@@ -12,17 +12,13 @@ agreement and KL tables (policies x budgets) and saves a plot of accuracy agains
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from hydra import compose, initialize_config_dir
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-
-from eval.collect import format_grid  # noqa: E402
-from eval.run import CONFIGS  # noqa: E402
-from eval.runner import RunSettings, run_benchmark  # noqa: E402
+from eval.collect import format_grid
+from eval.run import CONFIGS
+from eval.runner import RunSettings, run_benchmark
 
 POLICIES = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "restkv"]
 DEFAULT_TASKS = {

@@ -12,13 +12,9 @@ for comparison. Figures are written to ``results/figures/`` (PNG and PDF).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from eval.collect import RunResult, load_runs, select  # noqa: E402
+from eval.collect import RunResult, load_runs, select
 
 # LongBench averages reported in the paper (Figure 5, Llama-3.1-8B-Instruct, budget 128), for comparison.
 PAPER_SENSITIVITY = {

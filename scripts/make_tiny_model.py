@@ -11,16 +11,14 @@ predictably. Deterministic: rerunning rewrites the same files.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
 
-from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 OUT = REPO / "models" / "tiny-random-llama"
 SPECIAL = "<|endoftext|>"
