@@ -125,3 +125,14 @@ def test_files_and_functions_stay_small() -> None:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = node.end_lineno - node.lineno + 1  # type: ignore[operator]
                 assert length <= MAX_FUNCTION_LINES, f"{relative}:{node.lineno} {node.name} has {length} lines"
+
+
+def test_readme_layout_names_every_module() -> None:
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :].split("\n## ", 1)[0]
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in MODULES.values()
+        if path.name not in ("__init__.py", "__main__.py") and path.name not in layout
+    ]
+    assert not missing, f"README's layout omits {missing}"
