@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedTokenizerBase
 
 from eval.benchmarks import ruler
-from eval.benchmarks.base import Sample
 from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
 from eval.prompting import tokenize
+from eval.sample import Sample
 from microtrain.config import HELDOUT_SEED_BASE
 from microtrain.samples import essay_window, fitted_sample, make_sample, target_text
 

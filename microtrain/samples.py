@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from transformers import PreTrainedTokenizerBase
 
 from eval.benchmarks import micro, ruler
-from eval.benchmarks.base import Sample
 from eval.benchmarks.micro import passkey_sample
+from eval.sample import Sample
 
 PASSKEY_MAX_NEW_TOKENS = micro.max_new_tokens("passkey")
 

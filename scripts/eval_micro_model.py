@@ -31,11 +31,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from eval.benchmarks import micro, ruler
-from eval.benchmarks.base import Sample
 from eval.configs import configured_policy
 from eval.generation import answer, teacher_forced_logprobs
 from eval.metrics import ruler_string_match_all
 from eval.prompting import tokenize
+from eval.sample import Sample
 from microtrain.config import EXPORT_DIR
 from microtrain.samples import EXTRA_TASKS, KV_MAX_NEW_TOKENS, kv_retrieval_sample, target_text
 from microtrain.samples import TASKS as RULER_AND_EXTRA_TASKS
