@@ -10,10 +10,11 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
 
 from baselines import FullCache, SnapKV
+from eval.configs import CONFIGS
 from eval.latency.bounds import bound_ms, decode_bytes
 from eval.latency.cli import run
 from eval.latency.modeling import cache_token_bytes, parameter_bytes_read, random_model, synthetic_base, synthetic_cache
-from eval.latency.settings import CONFIGS, Settings, model_config
+from eval.latency.settings import Settings, model_config
 from eval.latency.timing import forward
 from restkv import ReSTKV, compress
 from restkv.cache import CompressedLayer

@@ -12,11 +12,12 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from eval.configs import CONFIGS
 from eval.latency import runner, scoring
 from eval.latency.modeling import cache_token_bytes
 from eval.latency.plots import plot
 from eval.latency.report import summarize, summarize_scoring, tables
-from eval.latency.settings import CONFIGS, Settings, model_config
+from eval.latency.settings import Settings, model_config
 
 # The primary config lives here so that ``configs/latency/`` holds presets only.
 ConfigStore.instance().store(
