@@ -24,7 +24,18 @@ from eval import configs
 from eval.runner import RunSettings, run_benchmark
 
 CONFIGS = str(configs.CONFIGS)
-NAMING_KEYS = {"bench", "model", "policy", "budget", "out_dir", "limit", "device", "experiment"}
+NAMING_KEYS = {
+    "bench",
+    "model",
+    "policy",
+    "budget",
+    "out_dir",
+    "limit",
+    "device",
+    "experiment",
+    "allow_skips",
+    "on_change",
+}
 
 
 def other_overrides(overrides: list[str]) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,11 +11,12 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from eval.evaluation import Evaluation, Session
-from eval.generation import PROTOCOLS
-from eval.models import ModelSpec, eos_token_ids, load_model, load_tokenizer, weights_fingerprint
+from eval.identity import claimed_folder, run_identity
+from eval.models import ModelSpec, check_model, eos_token_ids, load_model, load_tokenizer, weights_fingerprint
 from eval.prompting import tokenize
-from eval.results import PredictionLog, format_table, run_folder, summarize, write_metrics
+from eval.results import PredictionLog, RunLock, format_table, run_folder, summarize, write_metrics
 from eval.sample import Sample
+from eval.validate import check_config
 from restkv import Budget, compress
 from restkv.devices import pick_device
 
@@ -48,38 +48,72 @@ def model_spec(cfg: DictConfig) -> ModelSpec:
     return ModelSpec(**values)  # type: ignore[arg-type]
 
 
-def prepare_folder(cfg: DictConfig, settings: RunSettings, budget: Budget, weights: str | None) -> Path:
+class SkippedWork(RuntimeError):
+    """The benchmark cannot run every requested task (``allow_skips=true`` runs the others)."""
+
+
+class EmptyRun(ValueError):
+    """The run has no sample to evaluate."""
+
+
+@dataclass
+class Plan:
+    """Everything a run needs, built and checked before anything is written."""
+
+    spec: ModelSpec
+    device: Any
+    budget: Budget
+    policy: Any
+    benchmark: Any
+    evaluation: Evaluation
+    tokenizer: Any
+    samples: list[Sample]
+    skipped: dict[str, str]
+    identity: dict[str, Any]
+    folder: Path
+
+
+def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
+    """Check every setting, build the parts and the samples; raise before any folder exists."""
+    values = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(values, dict)
+    check_config(values)
+    spec = model_spec(cfg.model)
+    check_model(spec)
+    device = pick_device(cfg.device)
+    budget = Budget(cfg.budget)
+    policy = instantiate(cfg.policy, _convert_="all")
+    if not budget.is_ratio and policy.evicts and budget.value <= policy.window:
+        raise ValueError(
+            f"budget={budget} is not allowed with policy.window={policy.window}: the budget counts the window, "
+            "which is always kept, so it must exceed the window"
+        )
+    benchmark = instantiate(cfg.bench, _convert_="all")
+    evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
+    tokenizer = load_tokenizer(spec)
+    samples = list(benchmark.load_samples(tokenizer))
+    available = len(samples)
+    if cfg.limit is not None:
+        samples = samples[: cfg.limit]
+    skipped = dict(getattr(benchmark, "skipped", {}))  # optional: see eval.benchmarks.base.Benchmark
+    if not samples:
+        why = f"; skipped: {_listed(skipped)}" if skipped else " (check bench.tasks and the benchmark's data files)"
+        raise EmptyRun(f"bench={settings.bench} gives no sample to run{why}")
+    if skipped and not cfg.get("allow_skips", False):
+        raise SkippedWork(
+            f"bench={settings.bench} cannot run every task ({_listed(skipped)}). Nothing was run. Provide "
+            f"the data, drop the task from bench.tasks, or pass allow_skips=true to run the other "
+            f"{len(samples)} of {available} samples and record the skip in metrics.json"
+        )
     folder = run_folder(
         settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides
     )
-    folder.mkdir(parents=True, exist_ok=True)
-    check_weights(folder, weights)
-    resolved = OmegaConf.to_yaml(cfg, resolve=True)
-    saved = folder / "config.yaml"
-    if saved.exists() and saved.read_text() != resolved:
-        print(
-            f"warning: {saved} differs from this run's configuration; results are resumed regardless", file=sys.stderr
-        )
-    saved.write_text(resolved)
-    return folder
+    identity = run_identity(values, weights_fingerprint(spec))
+    return Plan(spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
 
 
-WEIGHTS_FILE = "weights_fingerprint.txt"
-
-
-def check_weights(folder: Path, fingerprint: str | None) -> None:
-    """Refuse to resume a run folder whose predictions came from other weights of the same model."""
-    if fingerprint is None:
-        return
-    saved = folder / WEIGHTS_FILE
-    previous = saved.read_text().strip() if saved.exists() else fingerprint
-    if previous != fingerprint:
-        raise RuntimeError(
-            f"{folder} holds predictions of other weights of this model (fingerprint {previous}, "
-            f"now {fingerprint}): the model folder changed since. Move or delete that run folder, "
-            "or pass out_dir=... to keep both"
-        )
-    saved.write_text(fingerprint + "\n")
+def _listed(skipped: dict[str, str]) -> str:
+    return "; ".join(f"{task}: {reason.rstrip('.')}" for task, reason in skipped.items())
 
 
 def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -95,49 +129,60 @@ def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str
     }
 
 
-def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
-    """Evaluate every sample not yet in the run folder; write metrics; return the summary."""
-    if cfg.protocol not in PROTOCOLS:
-        raise ValueError(f"protocol={cfg.protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
-    budget = Budget(cfg.budget)
-    policy = instantiate(cfg.policy, _convert_="all")
-    benchmark = instantiate(cfg.bench, _convert_="all")
-    evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
-    spec = model_spec(cfg.model)
-    folder = prepare_folder(cfg, settings, budget, weights_fingerprint(spec))
+def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str) -> None:
+    """Evaluate the samples not yet in ``log``, appending each record as it finishes."""
+    todo = [s for s in plan.samples if not log.done(s.id)]
+    if len(todo) < len(plan.samples):
+        print(f"resuming {log.folder}: {len(plan.samples) - len(todo)} of {len(plan.samples)} samples already done")
+    if not todo:
+        return
+    spec = plan.spec
+    model = load_model(spec, plan.device)
+    eos = eos_token_ids(model, plan.tokenizer)
+    bar = tqdm(todo, desc=title, unit="sample", dynamic_ncols=True)
+    with compress(model, plan.policy, plan.budget) as compressor:
+        session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos)
+        for sample in bar:
+            prompt = tokenize(sample, plan.tokenizer, spec.chat_template, spec.max_context)
+            outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
+            log.append(record_for(sample, prompt, outcome))
+            bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
 
-    tokenizer = load_tokenizer(spec)
-    samples = list(benchmark.load_samples(tokenizer))
-    if cfg.limit is not None:
-        samples = samples[: int(cfg.limit)]
-    task_order = list(dict.fromkeys(s.task for s in samples))
 
-    with PredictionLog(folder) as log:
-        todo = [s for s in samples if not log.done(s.id)]
-        if len(todo) < len(samples):
-            print(f"resuming {folder}: {len(samples) - len(todo)} of {len(samples)} samples already done")
-        if todo:
-            model = load_model(spec, pick_device(cfg.device))
-            eos = eos_token_ids(model, tokenizer)
-            bar = tqdm(todo, desc=f"{settings.bench}/{settings.policy}@{budget}", unit="sample", dynamic_ncols=True)
-            with compress(model, policy, budget) as compressor:
-                session = Session(model, tokenizer, compressor, cfg.protocol, eos)
-                for sample in bar:
-                    prompt = tokenize(sample, tokenizer, spec.chat_template, spec.max_context)
-                    outcome = evaluation.evaluate(benchmark, session, sample, prompt)
-                    log.append(record_for(sample, prompt, outcome))
-                    bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
-        records = [log.records[s.id] for s in samples if s.id in log.records]
-
+def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: DictConfig, settings: RunSettings):
+    """``metrics.json``'s content: scores, what ran and what was skipped, benchmark and strategy extras."""
+    task_order = list(dict.fromkeys(s.task for s in plan.samples))
     summary = summarize(records, task_order)
     summary.update(
-        bench=settings.bench, model=settings.model, policy=settings.policy, budget=str(budget), protocol=cfg.protocol
+        bench=settings.bench,
+        model=settings.model,
+        policy=settings.policy,
+        budget=str(plan.budget),
+        protocol=cfg.protocol,
+        ran={"tasks": task_order, "samples": len(records), "limit": cfg.limit},
+        skipped=plan.skipped,
     )
-    extra = getattr(benchmark, "report", None)  # optional: see eval.benchmarks.base.Benchmark
+    extra = getattr(plan.benchmark, "report", None)  # optional: see eval.benchmarks.base.Benchmark
     if extra is not None:
         summary.update(extra(records, folder))
-    summary.update(evaluation.report(records))
-    write_metrics(folder, summary)
-    print(format_table(summary, title=f"{settings.bench} | {settings.model} | {settings.policy} | budget {budget}"))
+    summary.update(plan.evaluation.report(records))
+    return summary
+
+
+def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
+    """Evaluate every sample not yet in the run folder; write metrics; return the summary."""
+    plan = plan_run(cfg, settings)
+    on_change = cfg.get("on_change", "refuse")
+    with claimed_folder(plan.folder, plan.identity, on_change, RunLock) as folder:
+        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        with PredictionLog(folder) as log:
+            evaluate_missing(plan, log, cfg, f"{settings.bench}/{settings.policy}@{plan.budget}")
+            records = [log.records[s.id] for s in plan.samples if s.id in log.records]
+        summary = summary_of(plan, records, folder, cfg, settings)
+        write_metrics(folder, summary)
+    title = f"{settings.bench} | {settings.model} | {settings.policy} | budget {plan.budget}"
+    print(format_table(summary, title=title))
     print(f"results: {folder}")
+    if plan.skipped:
+        print(f"note: skipped {_listed(plan.skipped)} (allowed by allow_skips=true; recorded in metrics.json)")
     return summary

@@ -90,3 +90,14 @@ def load_haystack(source: str | Path | None = None) -> str:
     if path.is_file():
         return path.read_text(encoding="utf-8", errors="replace")
     raise FileNotFoundError(f"haystack source {path} does not exist. {_HOW_TO_GET_ESSAYS}")
+
+
+def check_haystack(source: str | Path | None, key: str = "bench.haystack") -> None:
+    """Fail now, naming ``key``, when ``source`` names no haystack (rather than when a task first reads it)."""
+    if source is None or (isinstance(source, str) and ALIASES.get(source, source) in BUNDLED):
+        return
+    path = Path(source).expanduser()
+    if path.is_file() or (path.is_dir() and any(p.is_file() for p in path.glob("*.txt"))):
+        return
+    problem = "is a folder with no .txt file" if path.is_dir() else "does not exist"
+    raise ValueError(f"{key}={str(source)!r} {problem}. {_HOW_TO_GET_ESSAYS}")

@@ -52,7 +52,7 @@ from transformers import PreTrainedTokenizerBase
 
 from eval.benchmarks import ruler
 from eval.benchmarks.base import Sample
-from eval.benchmarks.haystack import haystack_name, load_haystack
+from eval.benchmarks.haystack import check_haystack, haystack_name, load_haystack
 from eval.metrics import score as score_metric
 
 METRIC = "string_match_all"
@@ -333,6 +333,7 @@ class MicroBenchmark:
         for task in self.tasks:
             _config(task)  # raises with the list of valid tasks
         ruler.check_grid(self.lengths, self.samples)
+        check_haystack(self.haystack)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
         return [

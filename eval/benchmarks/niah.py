@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from eval.benchmarks.base import Sample
-from eval.benchmarks.haystack import haystack_name, load_haystack
+from eval.benchmarks.haystack import check_haystack, haystack_name, load_haystack
 from eval.metrics import score as score_metric
 from restkv.checks import check_choice
 
@@ -302,6 +302,7 @@ class NiahBenchmark:
 
     def __post_init__(self) -> None:
         check_choice("bench", "prompt_format", self.prompt_format, PROMPT_FORMATS)
+        check_haystack(self.haystack)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
         return generate(tokenizer, self.lengths, self.depths, self.haystack, prompt_format=self.prompt_format)  # type: ignore[arg-type]
