@@ -10,6 +10,7 @@ Rerunning the same command resumes: finished samples are skipped.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,7 +22,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from eval import configs
-from eval.runner import RunSettings, run_benchmark
+from eval.identity import IdentityMismatch
+from eval.results import RunFolderError
+from eval.runner import EmptyRun, RunSettings, SkippedWork, run_benchmark
+
+USER_ERRORS = (ValueError, TypeError, IdentityMismatch, RunFolderError, SkippedWork, EmptyRun)
+"""What a bad setting, missing data or a busy or foreign run folder raise: shown as one message, no traceback
+(``HYDRA_FULL_ERROR=1`` shows it)."""
 
 CONFIGS = str(configs.CONFIGS)
 NAMING_KEYS = {
@@ -59,8 +66,15 @@ def main(cfg: DictConfig) -> float:
         overrides=other_overrides(list(hydra_cfg.overrides.task)),
         out_dir=Path(cfg.out_dir),
     )
-    summary = run_benchmark(cfg, settings)
-    return float(summary["average"])
+    try:
+        summary = run_benchmark(cfg, settings)
+    except (ValueError, TypeError, RuntimeError) as error:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(error, USER_ERRORS):
+            raise
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+    average = summary["average"]
+    return float("nan") if average is None else float(average)
 
 
 if __name__ == "__main__":
