@@ -5,24 +5,126 @@ so a run killed at any moment loses at most the sample in flight. On restart the
 read back: finished samples are skipped; a line that is not valid JSON (typically the last
 one, cut by the kill) is reported, moved to ``predictions.corrupt.jsonl`` for inspection and
 its sample is run again.
+
+Data that a resume cannot trust stops the run instead of being mixed in: a sample recorded twice
+with different results (two runs writing into one folder), or a score that is not a finite real
+number (NaN would turn every average into NaN). Both raise :class:`PredictionsError` naming the
+file and line(s), before anything in the folder is changed. :class:`RunLock` keeps a second
+process out of a folder while a run is writing into it, and ``metrics.json`` is strict JSON.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import math
 import os
+import socket
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 PREDICTIONS = "predictions.jsonl"
 CORRUPT = "predictions.corrupt.jsonl"
 METRICS = "metrics.json"
+LOCK = ".lock"
 REQUIRED_FIELDS = ("id", "task", "score")
+# Measured, not computed: a sample redone after a kill has other timings but the same result.
+TIMING_FIELDS = ("prefill_seconds", "decode_seconds")
+
+
+class RunFolderError(Exception):
+    """A run folder cannot be used as it is; the message says where and what to do."""
+
+
+class PredictionsError(RunFolderError, ValueError):
+    """``predictions.jsonl`` holds a result that cannot be trusted (named by file and line)."""
+
+
+class RunLockedError(RunFolderError, RuntimeError):
+    """Another process holds the run folder's lock; ``holder`` is what it wrote (None if unreadable)."""
+
+    def __init__(self, folder: Path, holder: dict[str, Any] | None) -> None:
+        self.folder = folder
+        self.holder = holder
+        if holder is None:
+            who = "another process (it has not written its PID yet)"
+        else:
+            who = f"process {holder.get('pid')} on host {holder.get('host')} since {holder.get('since')}"
+        super().__init__(
+            f"{folder} is in use by {who}: a second run there would mix its results in. "
+            "Wait for that run to finish, or pass another out_dir=... to run beside it"
+        )
+
+
+class RunLock:
+    """Exclusive, non-blocking lock on a run folder (``flock`` on ``folder/.lock``) while a run writes there.
+
+    The holder writes its PID, host name and start time into the lock file so that a refused run
+    can say who holds it. The kernel releases the lock when the holding process dies, however it
+    dies, so a lock file left by a killed run is only stale text and never blocks: its content is
+    read only when the lock is really held. The file is never deleted (deleting it would let two
+    processes lock two different files of the same name); release empties it. A second
+    ``RunLock`` on the same folder is refused even within one process. POSIX only.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        """Take the lock or raise :class:`RunLockedError` at once (never waits)."""
+        if self._fd is not None:
+            raise RuntimeError(f"{self.path} is already held by this RunLock")
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no truncation: the holder's text stays
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunLockedError(self.folder, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        since = datetime.now().astimezone().isoformat(timespec="seconds")
+        text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}) + "\n"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, text.encode(), 0)
+        os.fsync(fd)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Empty the lock file and unlock it; a no-op when not held."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)  # closing the only descriptor releases the flock
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict[str, Any] | None:
+    """What the lock's holder wrote, or None if it has not written it yet (or it is not ours)."""
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
 
 
 def overrides_hash(overrides: Iterable[str]) -> str:
@@ -48,43 +150,83 @@ class PredictionLog:
         self.path = folder / PREDICTIONS
         folder.mkdir(parents=True, exist_ok=True)
         self.records: dict[str, dict[str, Any]] = {}
-        self.recovered: list[str] = []
+        self.recovered: list[str] = []  # "file:line" of unreadable lines set aside
+        self.duplicates: list[str] = []  # "file:line" of identical repeats ignored
         self._load()
         self._file = self.path.open("a", encoding="utf-8")
 
     def _load(self) -> None:
+        """Read the file back: validate every result, collapse identical repeats, set torn lines aside.
+
+        Raises :class:`PredictionsError` before touching the folder when a score is not a finite
+        number or an id has two different results.
+        """
         if not self.path.exists():
             return
-        good: list[str] = []
+        kept: dict[str, tuple[int, dict[str, Any]]] = {}
         bad: list[tuple[int, str]] = []
-        with self.path.open(encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                record = _parse(line)
-                if record is None:
-                    bad.append((number, line.rstrip("\n")))
-                    continue
-                self.records[str(record["id"])] = record
-                good.append(json.dumps(record, ensure_ascii=False))
-        if bad:
-            with (self.folder / CORRUPT).open("a", encoding="utf-8") as f:
-                for number, line in bad:
-                    f.write(line + "\n")
-                    self.recovered.append(f"{self.path}:{number}")
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(r + "\n" for r in good), encoding="utf-8")
-            os.replace(tmp, self.path)
-            for where in self.recovered:
-                print(
-                    f"warning: unreadable result line {where} moved to {CORRUPT}; its sample will be redone",
-                    file=sys.stderr,
+        repeats: list[int] = []
+        for number, line, record in _read_lines(self.path):
+            if record is None:
+                bad.append((number, line))
+                continue
+            _check_score(record, f"{self.path}:{number}", "fix that line, or delete it to have its sample redone")
+            key = str(record["id"])
+            if key not in kept:
+                kept[key] = (number, record)
+                continue
+            first, earlier = kept[key]
+            differ = _differences(earlier, record)
+            if differ:
+                raise PredictionsError(
+                    f"{self.path}: sample {key!r} has two different results, at lines {first} and {number} "
+                    f"(they differ in {', '.join(differ)}): this folder mixes results of different runs. "
+                    "Keep the right line and delete the other, or move the run folder away and run again"
                 )
+            repeats.append(number)
+        self.records = {key: record for key, (_, record) in kept.items()}
+        self.duplicates = [f"{self.path}:{number}" for number in repeats]
+        if repeats:
+            shown = ", ".join(map(str, repeats[:5])) + (f" and {len(repeats) - 5} more" if len(repeats) > 5 else "")
+            print(f"note: {self.path}: line(s) {shown} repeat identical earlier results; ignored", file=sys.stderr)
+        if bad:
+            self._set_aside(bad)
+
+    def _set_aside(self, bad: list[tuple[int, str]]) -> None:
+        """Move unreadable lines to ``predictions.corrupt.jsonl`` and rewrite the file without them."""
+        with (self.folder / CORRUPT).open("a", encoding="utf-8") as f:
+            for number, line in bad:
+                f.write(line + "\n")
+                self.recovered.append(f"{self.path}:{number}")
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.records.values()), "utf-8")
+        os.replace(tmp, self.path)
+        for where in self.recovered:
+            print(
+                f"warning: unreadable result line {where} moved to {CORRUPT}; its sample will be redone",
+                file=sys.stderr,
+            )
 
     def done(self, sample_id: str) -> bool:
         return sample_id in self.records
 
     def append(self, record: dict[str, Any]) -> None:
+        """Write one finished sample and sync it to disk.
+
+        Refused with :class:`PredictionsError` (nothing written) when its score is not a finite
+        number or its id is already recorded with another result: either would make the file
+        unreadable on the next resume. An identical repeat is not written again.
+        """
+        key = str(record["id"])
+        _check_score(record, str(self.path), "not written: the scorer must return a real number")
+        if key in self.records:
+            differ = _differences(self.records[key], record)
+            if differ:
+                raise PredictionsError(
+                    f"{self.path}: sample {key!r} is already recorded with another result (differing in "
+                    f"{', '.join(differ)}); not written: two samples share this id, or two runs share this folder"
+                )
+            return
         line = json.dumps(record, ensure_ascii=False)
         self._file.write(line + "\n")
         self._file.flush()
@@ -101,7 +243,16 @@ class PredictionLog:
         self.close()
 
 
+def _read_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any] | None]]:
+    """(line number, line, parsed record or None if unreadable) for every non-blank line."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                yield number, line.rstrip("\n"), _parse(line)
+
+
 def _parse(line: str) -> dict[str, Any] | None:
+    """The record on a line, or None when it is not a JSON object with the required fields (a torn write)."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
@@ -111,15 +262,55 @@ def _parse(line: str) -> dict[str, Any] | None:
     return record
 
 
+def _score_problem(score: object) -> str | None:
+    """What is wrong with ``score`` ("is a string, not a number"), or None when it is a finite real number."""
+    if isinstance(score, bool):  # before int: JSON true would otherwise average as 1
+        return "is a boolean, not a number"
+    if isinstance(score, int):
+        return None
+    if isinstance(score, float):
+        return None if math.isfinite(score) else "is not a finite number"
+    kind = {type(None): "null", str: "a string", list: "a list", dict: "an object"}.get(
+        type(score), type(score).__name__
+    )
+    return f"is {kind}, not a number"
+
+
+def _check_score(record: dict[str, Any], where: str, hint: str) -> None:
+    """Raise :class:`PredictionsError` at ``where`` unless the record's score is a finite real number."""
+    problem = _score_problem(record["score"])
+    if problem is not None:
+        try:
+            shown = json.dumps(record["score"], ensure_ascii=False)
+        except TypeError:
+            shown = repr(record["score"])
+        raise PredictionsError(f"{where}: sample {str(record['id'])!r}: score {shown} {problem}; {hint}")
+
+
+def _differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Fields whose values differ between two records of one id, timings aside (compared as JSON text)."""
+    fields = [k for k in dict.fromkeys([*a, *b]) if k not in TIMING_FIELDS]
+    missing = object()
+
+    def text(record: dict[str, Any], key: str) -> str:
+        value = record.get(key, missing)
+        return "<missing>" if value is missing else json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+    return [k for k in fields if text(a, k) != text(b, k)]
+
+
 def summarize(records: Iterable[dict[str, Any]], task_order: list[str] | None = None) -> dict[str, Any]:
-    """Per-task mean score (0-100), their unweighted average, sample counts and timing medians."""
+    """Per-task mean score (0-100), their unweighted average, sample counts and timing medians.
+
+    With no records the average is None (not NaN): an empty run has no score to report.
+    """
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         by_task[record["task"]].append(record)
     order = [t for t in (task_order or []) if t in by_task] + sorted(set(by_task) - set(task_order or []))
     tasks = {task: 100 * statistics.fmean(r["score"] for r in by_task[task]) for task in order}
     summary: dict[str, Any] = {
-        "average": statistics.fmean(tasks.values()) if tasks else float("nan"),
+        "average": statistics.fmean(tasks.values()) if tasks else None,
         "tasks": tasks,
         "samples": {task: len(by_task[task]) for task in order},
     }
@@ -131,22 +322,48 @@ def summarize(records: Iterable[dict[str, Any]], task_order: list[str] | None = 
 
 
 def write_metrics(folder: Path, summary: dict[str, Any]) -> Path:
+    """Write ``metrics.json`` atomically, as strict JSON that any reader accepts.
+
+    NaN and infinite floats anywhere in the summary (a benchmark extra, a timing) are written as
+    ``null``, with a warning naming them: JSON has no NaN, and Python's ``NaN`` token breaks
+    other readers.
+    """
     path = folder / METRICS
+    converted: list[str] = []
+    clean = _finite_or_null(summary, "", converted)
+    if converted:
+        print(f"warning: {path}: non-finite value(s) written as null: {', '.join(converted)}", file=sys.stderr)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def _finite_or_null(value: Any, where: str, converted: list[str]) -> Any:
+    """``value`` with every non-finite float replaced by None; the dotted paths replaced go to ``converted``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        converted.append(where or "<top>")
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v, f"{where}.{k}" if where else str(k), converted) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v, f"{where}[{i}]", converted) for i, v in enumerate(value)]
+    return value
 
 
 def format_table(summary: dict[str, Any], title: str = "") -> str:
     """A plain-text score table: one row per task, then the average."""
     tasks = summary["tasks"]
+
+    def cell(score: float | None) -> str:
+        return f"{score:6.2f}" if isinstance(score, int | float) else f"{'n/a':>6}"
+
     width = max([len("average"), *(len(t) for t in tasks)])
     lines = [title] if title else []
     lines.append(f"{'task':<{width}}  {'score':>6}  {'n':>4}")
     lines.append("-" * (width + 14))
     for task, score in tasks.items():
-        lines.append(f"{task:<{width}}  {score:6.2f}  {summary['samples'][task]:>4}")
+        lines.append(f"{task:<{width}}  {cell(score)}  {summary['samples'][task]:>4}")
     lines.append("-" * (width + 14))
-    lines.append(f"{'average':<{width}}  {summary['average']:6.2f}  {sum(summary['samples'].values()):>4}")
+    lines.append(f"{'average':<{width}}  {cell(summary['average'])}  {sum(summary['samples'].values()):>4}")
     return "\n".join(lines)
