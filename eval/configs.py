@@ -16,6 +16,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from eval.models import ModelSpec
 from eval.paths import bundled
 from restkv.policy import Policy
 from restkv.registry import get_policy, policy_defaults, policy_names, preset_names, resolve_policy
@@ -66,3 +67,20 @@ def configured_policy(name: str, knobs: dict[str, dict[str, Any]] | None = None)
 
 
 store_policy_knobs()
+
+
+# The model group's typed node ------------------------------------------------------------------
+MODEL_SPEC_NODE = "model_spec"
+
+
+def store_model_spec() -> None:
+    """Put ``ModelSpec``'s fields, types and defaults into Hydra's config store (``model_spec``).
+
+    Every ``configs/model/*.yaml`` extends it, so every field is a ``model.<field>=...`` override for
+    every model (``model.tokenizer=...`` included) and a wrong type (``model.chat_template=maybe``)
+    is refused by Hydra with the key named, as for policy knobs.
+    """
+    ConfigStore.instance().store(name=MODEL_SPEC_NODE, node=ModelSpec)
+
+
+store_model_spec()
