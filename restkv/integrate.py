@@ -13,12 +13,17 @@ Eviction happens once per prompt, when a forward starts from an empty cache with
 token; later forwards (a question appended after eviction, decoding) append to the compressed
 cache. Positions stay those of the original prompt: `model.generate` passes explicit position
 ids, and our own decoding loops must too.
+
+What cannot be done correctly is refused rather than answered wrongly: a prefill from a second
+thread while another thread's prefill is in flight (captured queries and the record are per
+compressor, not per call), and NaN or inf in a layer's keys or values (every score would be NaN).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -128,6 +133,30 @@ def _uninstall(implementation: str) -> None:
         ALL_ATTENTION_FUNCTIONS[implementation] = previous
 
 
+def _check_finite(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Raise a ValueError if ``keys`` or ``values`` hold NaN or inf: every eviction score would be NaN.
+
+    The common case costs one read of each tensor and no copy: a sum accumulated in (at least)
+    float32 is finite unless an entry is NaN or inf. Only a non-finite sum (an entry is, or huge
+    finite entries overflowed the sum) counts the entries one by one, to name them or to let the
+    layer through. One device synchronisation per layer.
+    """
+    tensors = {"key": keys, "value": values}
+    sums = torch.stack([t.sum(dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors.values()])
+    if bool(torch.isfinite(sums).all()):
+        return
+    counts = {name: int(t.numel() - torch.isfinite(t).sum()) for name, t in tensors.items()}
+    bad = [name for name, count in counts.items() if count]
+    if not bad:
+        return
+    listed = " and ".join(f"{counts[name]} of {tensors[name].numel()} {name} entries" for name in bad)
+    raise ValueError(
+        f"non-finite {' and '.join(f'{name}s' for name in bad)} in layer {layer} ({listed} are NaN or inf): every "
+        "eviction score would be NaN and the kept positions arbitrary. The model's activations overflowed or are NaN; "
+        "in float16 this is usually an overflow: run the model in bfloat16 or float32 (e.g. model.dtype=bfloat16)"
+    )
+
+
 def attention_layers(model: nn.Module) -> list[nn.Module]:
     """The model's self-attention modules in layer order; raises for unsupported models."""
     name = type(model).__name__
@@ -168,6 +197,15 @@ class KVCompressor:
     layer's eviction, so that ``record.eviction_seconds`` is the device time of eviction alone
     (two synchronisations per layer on a GPU: for measurements, not for throughput).
     ``record`` holds what the last prefill kept and how long its eviction took.
+
+    One prefill at a time: the queries captured between a layer's attention and its eviction, and
+    ``record``, belong to the compressor, so a prefill started from a second thread while another
+    thread's prefill is in flight raises a RuntimeError instead of mixing the two (threads taking
+    turns are fine; decoding steps capture nothing and are never refused). A prefill is in flight
+    from its first layer's attention to its last layer's eviction; a forward that raises in between
+    releases it, and so do the same thread's next prefill, the owner thread's end, and ``__exit__``.
+    Before evicting a layer, its keys and values are checked for NaN and inf (`_check_finite`),
+    except under policies that keep everything.
     """
 
     def __init__(
@@ -203,6 +241,8 @@ class KVCompressor:
         self._captured: dict[int, tuple[torch.Tensor, int]] = {}
         self._grams: dict[int, torch.Tensor] = {}
         self._hooks: list[Any] = []
+        self._lock = threading.Lock()
+        self._owner: threading.Thread | None = None  # the thread whose prefill is in flight
 
     # -- context management ------------------------------------------------------------------------
 
@@ -214,6 +254,8 @@ class KVCompressor:
         for module in self.layers:
             _ACTIVE[module] = self
             self._hooks.append(module.register_forward_hook(self._after_attention, with_kwargs=True))
+        # Runs also when the forward raises (an Exception), so that a failed prefill releases the compressor.
+        self._hooks.append(self.model.register_forward_hook(self._after_forward, always_call=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -223,7 +265,9 @@ class KVCompressor:
         for module in self.layers:
             _ACTIVE.pop(module, None)
         _uninstall(self.implementation)
-        self._captured.clear()
+        with self._lock:
+            self._owner = None
+            self._captured.clear()
         self._grams.clear()
 
     def reserve_decode(self, tokens: int) -> None:
@@ -243,9 +287,45 @@ class KVCompressor:
 
     # -- the two halves of the mechanism ---------------------------------------------------------------
 
+    def _begin_prefill(self, layer: int) -> None:
+        """Make this thread's prefill the one in flight, or refuse it if another thread's is.
+
+        State left by an interrupted prefill is dropped: that of a thread that has ended, and this
+        thread's own when it starts a new prefill (at layer 0).
+        """
+        me = threading.current_thread()
+        with self._lock:
+            owner = self._owner
+            if owner is not None and owner is not me and owner.is_alive():
+                raise RuntimeError(
+                    f"a prefill started in thread {me.name!r} while thread {owner.name!r} is in the middle of a "
+                    "prefill under the same compressor; one compressor holds one prefill's captured queries and "
+                    "record at a time, so the two would mix and give wrong outputs. Give each thread its own copy "
+                    "of the model under its own compress(...), or serialise the calls (hold a lock around each "
+                    "generate or forward)"
+                )
+            if owner is not me or layer == 0:
+                self._captured.clear()
+            self._owner = me
+
+    def _end_prefill(self) -> None:
+        """Release the compressor if this thread's prefill is in flight (no-op otherwise)."""
+        with self._lock:
+            if self._owner is threading.current_thread():
+                self._owner = None
+                self._captured.clear()
+
+    def _owns_prefill(self) -> bool:
+        # No lock needed: only this thread sets the owner to itself or clears it from itself.
+        return self._owner is threading.current_thread()
+
+    def _after_forward(self, module: nn.Module, args: tuple, output: Any) -> None:
+        self._end_prefill()
+
     def _capture(self, module: nn.Module, query: torch.Tensor) -> None:
         if not self.active:
             return
+        self._begin_prefill(module.layer_idx)
         length = query.shape[2]
         kept = query if self.policy.needs_all_queries else query[:, :, -self.policy.window :]
         self._captured[module.layer_idx] = (kept, length)
@@ -258,6 +338,17 @@ class KVCompressor:
         return self._grams[layer]
 
     def _after_attention(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if not self._owns_prefill():
+            return  # a decoding step, a paused prefill, or another thread's forward: nothing captured here
+        try:
+            self._evict_layer(module, kwargs)
+        except BaseException:
+            self._end_prefill()
+            raise
+        if module.layer_idx == len(self.layers) - 1:
+            self._end_prefill()
+
+    def _evict_layer(self, module: nn.Module, kwargs: dict) -> None:
         captured = self._captured.pop(module.layer_idx, None)
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         if captured is None or not isinstance(cache, Cache):
@@ -285,6 +376,8 @@ class KVCompressor:
     def _evict(self, module: nn.Module, cache: Cache, layer_cache: DynamicLayer, queries: torch.Tensor) -> None:
         layer = module.layer_idx
         keys, values = layer_cache.keys, layer_cache.values
+        if self.policy.evicts:
+            _check_finite(layer, keys, values)
         if layer == 0:
             self.record = PrefillRecord(prompt_length=keys.shape[2])
         inputs = LayerInputs(
