@@ -137,27 +137,28 @@ def ruler_sample(
     essay: ruler.Essay | None = None,
     index: int = 0,
 ) -> Sample:
-    """One RULER sample, built exactly as :func:`eval.benchmarks.ruler.generate` builds it.
+    """One RULER sample, built as :func:`eval.benchmarks.ruler.generate` builds it with ``fit="exact"``,
+    ``words="bundled"`` and ``sentences="rules"`` (what the micro model was trained on).
 
     The only difference: essay haystacks come from ``essay`` (a ``ruler.Essay``), so that
     training can use random windows of the training novel.
     """
-    cfg = ruler.TASK_CONFIGS[task]
-    family = ruler.FAMILIES[cfg.family]
-    budget = context_length - family.max_new_tokens
-    count = ruler.TokenCounter(tokenizer)
-    base_seed = f"ruler/{task}/{seed}"
-    sample_seed = f"{base_seed}/{index}"
-    build: Callable[[int], ruler.Draft]
-    if isinstance(cfg, ruler.Niah):
-        n_min = 0 if cfg.type_haystack == "essay" else max(cfg.num_needle_k, cfg.num_needle_q) * cfg.num_needle_v
-        build = ruler.niah_builder(cfg, sample_seed, essay if cfg.type_haystack == "essay" else None)
-    elif isinstance(cfg, ruler.VariableTracking):
-        n_min = (cfg.num_hops + 1) * cfg.num_chains
-        example = ruler.vt_example(cfg, base_seed, count, min(cfg.icl_tokens, budget // 2))
-        build = ruler.vt_builder(cfg, sample_seed, example)
-    else:
+    if task not in RULER_TASKS:
         raise ValueError(f"task {task} is not trained")
+    cfg = ruler.task_config(task)
+    family = ruler.FAMILIES[cfg.family]
+    job = ruler.Job(
+        task=task,
+        context_length=context_length,
+        budget=context_length - family.max_new_tokens,
+        seed=f"ruler/{task}/{seed}",
+        count=ruler.TokenCounter(tokenizer),
+        data=ruler.RulerData(essay=essay),
+        words=ruler.vocabulary("bundled"),
+        sentences="rules",
+        fit="exact",
+    )
+    build, n_min = cfg.plan(job).builder(index, f"{job.seed}/{index}")
     return fitted_sample(
         task, build, tokenizer, context_length, seed, index, family.max_new_tokens, n_min, family.metric
     )

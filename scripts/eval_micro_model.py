@@ -47,13 +47,25 @@ TASKS = (*micro.TASKS, *(t for t in RULER_AND_EXTRA_TASKS if t not in micro.TASK
 """The micro suite (``bench=micro``), then RULER's needle tasks and ``vt``, then key-value retrieval."""
 
 
-def samples_for(task: str, tokenizer: PreTrainedTokenizerBase, length: int, count: int, seed: int) -> list[Sample]:
-    """``count`` evaluation samples of ``task`` at ``length`` tokens (prompt + answer room)."""
+def samples_for(
+    task: str,
+    tokenizer: PreTrainedTokenizerBase,
+    length: int,
+    count: int,
+    seed: int,
+    fit: str = "official",
+    words: str = "wonderwords",
+) -> list[Sample]:
+    """``count`` evaluation samples of ``task`` at ``length`` tokens (prompt + answer room).
+
+    ``fit`` and ``words`` choose RULER's generator settings (the default: the official generator's;
+    ``exact`` and ``bundled``: what the micro model was trained on and the earlier default).
+    """
     if task in micro.TASK_CONFIGS:
         return micro.generate(task, tokenizer, length, count, seed)
     if task == "kv_retrieval":
         return [kv_retrieval_sample(tokenizer, length, seed, i) for i in range(count)]
-    samples = ruler.generate(task, tokenizer, length, count, seed)
+    samples = ruler.generate(task, tokenizer, length, count, seed, fit=fit, words=words)
     for sample in samples:
         sample.chat_template = False
     return samples
@@ -134,6 +146,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="evaluation seed (training used seeds >= 10**6)")
     parser.add_argument("--policies", default="full", help="comma-separated names from configs/policy")
     parser.add_argument("--budget", type=int, default=128)
+    parser.add_argument("--ruler-fit", default="official", choices=ruler.FITS, help="RULER prompts' length fit")
+    parser.add_argument("--ruler-words", default="wonderwords", choices=ruler.VOCABULARIES, help="RULER keys' words")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device (e.g. cuda); the recorded scores are the CPU's")
     parser.add_argument("--out", default=None, help="JSON file for every record and the summary")
@@ -151,7 +165,7 @@ def main() -> None:
     summary: dict[str, Any] = {}
     for length in lengths:
         for task in tasks:
-            samples = samples_for(task, tokenizer, length, args.samples, args.seed)
+            samples = samples_for(task, tokenizer, length, args.samples, args.seed, args.ruler_fit, args.ruler_words)
             for name, policy in policies.items():
                 start = time.time()
                 rows = []

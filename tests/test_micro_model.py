@@ -70,8 +70,11 @@ def test_micro_llama_is_the_default_model() -> None:
 def _accuracy(
     model, tokenizer, policy: Policy, budget: int, mid_only: bool = False, task: str = "niah_single_1"
 ) -> float:
-    generate = micro_suite.generate if task in micro_suite.TASK_CONFIGS else ruler.generate
-    samples = generate(task, tokenizer, LENGTH, 4 * SAMPLES if mid_only else SAMPLES, seed=3)
+    count = 4 * SAMPLES if mid_only else SAMPLES
+    if task in micro_suite.TASK_CONFIGS:
+        samples = micro_suite.generate(task, tokenizer, LENGTH, count, seed=3)
+    else:  # RULER's prompts as the model was trained on them: keys from the bundled words, exact fit
+        samples = ruler.generate(task, tokenizer, LENGTH, count, seed=3, fit="exact", words="bundled", sentences="rules")
     if mid_only:
         samples = [s for s in samples if all(0.2 <= d <= 0.8 for d in s.meta["depths"])][:SAMPLES]
         assert len(samples) >= SAMPLES // 2

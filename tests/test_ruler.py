@@ -1,7 +1,12 @@
-"""RULER generation: lengths, answers in place, determinism, QA inputs, errors."""
+"""RULER generation: lengths, answers in place, determinism, QA inputs, errors.
+
+``fit="exact"`` fills every prompt to its budget, so lengths are checked tightly with it; the default
+(official) fit is checked in tests/test_ruler_official.py.
+"""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections import Counter
@@ -12,7 +17,10 @@ from _tokenizer import tokenizer_fixture  # noqa: F401
 
 from eval.benchmarks import ruler
 from eval.benchmarks.base import Sample
-from eval.benchmarks.ruler import TASKS, RulerData, generate
+from eval.benchmarks.ruler import TASKS, RulerData
+from eval.benchmarks.ruler import generate as generate_default
+
+generate = functools.partial(generate_default, fit="exact")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ruler"
 DATA = RulerData(squad=FIXTURES / "squad.json", hotpotqa=FIXTURES / "hotpotqa.json", hub=False)
@@ -114,18 +122,18 @@ def check_answers(task: str, sample: Sample) -> None:
 
 
 def test_templates_match_ruler(tokenizer) -> None:
-    (single,) = generate("niah_single_1", tokenizer, 1024, 1, seed=0)
+    (single,) = generate_default("niah_single_1", tokenizer, 1024, 1, seed=0)
     assert single.context.startswith(
         "A special magic number is hidden within the following text. Make sure to memorize it. "
         "I will quiz you about the number afterwards.\n"
     )
     assert re.fullmatch(
-        r"\nWhat is the special magic number for [a-z]+-[a-z]+ mentioned in the provided text\?", single.question
+        r"\nWhat is the special magic number for .+-.+ mentioned in the provided text\?", single.question
     )
     assert "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.\n" in (
         single.context
     )
-    (multi,) = generate("niah_multivalue", tokenizer, 1024, 1, seed=0)
+    (multi,) = generate_default("niah_multivalue", tokenizer, 2048, 1, seed=0)
     assert multi.context.startswith("Some special magic numbers are hidden within the following text.")
     assert multi.question.startswith("\nWhat are all the special magic numbers for ")
     (qa,) = generate("qa_2", tokenizer, 1024, 1, seed=0, data=DATA)
@@ -148,11 +156,13 @@ def test_noise_needle_depth_matches_meta(tokenizer) -> None:
         assert abs(index / len(lines) - sample.meta["depths"][0]) < 0.05
 
 
-def test_deterministic_and_seed_sensitive(tokenizer) -> None:
+@pytest.mark.parametrize("fit", ["exact", "official"])
+def test_deterministic_and_seed_sensitive(tokenizer, fit: str) -> None:
+    generate = functools.partial(generate_default, fit=fit)
     for task in ("niah_single_1", "niah_single_2", "niah_multikey_2", "vt", "cwe", "fwe", "qa_1"):
-        first = generate(task, tokenizer, 1024, 3, seed=7, data=DATA)
-        again = generate(task, tokenizer, 1024, 3, seed=7, data=DATA)
-        other = generate(task, tokenizer, 1024, 3, seed=8, data=DATA)
+        first = generate(task, tokenizer, 2048, 3, seed=7, data=DATA)
+        again = generate(task, tokenizer, 2048, 3, seed=7, data=DATA)
+        other = generate(task, tokenizer, 2048, 3, seed=8, data=DATA)
         assert [(s.context, s.question, s.references, s.meta) for s in first] == [
             (s.context, s.question, s.references, s.meta) for s in again
         ]
@@ -230,7 +240,7 @@ def test_qa_from_hub_rows(tokenizer, tmp_path, monkeypatch) -> None:
         return squad_rows if "squad" in name else hotpot_rows
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
-    monkeypatch.setattr(ruler, "hub_reachable", lambda: True)
+    monkeypatch.setattr(ruler.qa_data, "hub_reachable", lambda: True)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     data = RulerData(squad=tmp_path / "s.json", hotpotqa=tmp_path / "h.json", hub=True)

@@ -1,0 +1,176 @@
+"""The RULER benchmark the runner instantiates (``configs/bench/ruler.yaml``)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eval.benchmarks.haystack import check_haystack
+from eval.benchmarks.ruler.files import Found, find_files, read_samples
+from eval.benchmarks.ruler.generator import generate
+from eval.benchmarks.ruler.haystacks import resolve_splitter
+from eval.benchmarks.ruler.plan import FITS, RulerData
+from eval.benchmarks.ruler.tasks import OFFLINE_TASKS, task_config
+from eval.benchmarks.ruler.words import VOCABULARIES
+from eval.metrics import score as score_metric
+from eval.sample import Sample
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass
+class RulerBenchmark:
+    """RULER tasks x context lengths: generated here, or read from official files (``data_dir``).
+
+    Generated (``data_dir`` unset): ``samples`` prompts per task and length, sized by ``fit``
+    (``official``: the official generator's rule; ``exact``: every prompt filled to the budget), keys
+    and words from ``words`` (``wonderwords``, the official source, or ``bundled``), essay sentences
+    split by ``sentences``. Read (``data_dir`` set): the official generator's files for ``tasks`` at
+    ``lengths`` (``null``: every length found), the first ``samples`` records of each (``null``: all).
+
+    ``max_new_tokens`` replaces RULER's per-task generation lengths (the ReST-KV authors: 64);
+    ``answer_prefix: false`` leaves RULER's answer prefix out of the prompt (the authors feed the
+    file's ``input`` alone); ``chat_template`` (``null``: the model's template for generated samples,
+    none for files, whose ``input`` is fed as given). A requested task whose data cannot be had is
+    skipped and the reason recorded in ``skipped``. ``metrics.json`` gets the average per length
+    (``lengths``, RULER's headline numbers) and where the samples came from (``source``).
+    """
+
+    tasks: list[str] = field(default_factory=lambda: list(OFFLINE_TASKS))
+    lengths: list[int] | None = field(default_factory=lambda: [4096])
+    samples: int | None = 100
+    seed: int = 0
+    data_dir: str | None = None
+    fit: str = "official"
+    words: str = "wonderwords"
+    sentences: str = "auto"
+    english_words: str | None = None
+    max_new_tokens: int | None = None
+    answer_prefix: bool = True
+    chat_template: bool | None = None
+    haystack: str | None = None
+    squad: str | None = None
+    hotpotqa: str | None = None
+    hub: bool = True
+    name: str = "ruler"
+    skipped: dict[str, str] = field(default_factory=dict, init=False)
+    source: dict[str, Any] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        for task in self.tasks:
+            task_config(task)  # raises with the list of valid tasks
+        for knob, value, allowed in (("fit", self.fit, FITS), ("words", self.words, VOCABULARIES)):
+            if value not in allowed:
+                raise ValueError(f"bench.{knob}={value!r} is not allowed; allowed: {', '.join(allowed)}")
+        resolve_splitter(self.sentences)  # raises for an unknown splitter or punkt asked for but missing
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ValueError(
+                f"bench.max_new_tokens={self.max_new_tokens} must be >= 1 or null (RULER's per-task lengths)"
+            )
+        if self.data_dir is None:
+            if self.lengths is None or self.samples is None:
+                raise ValueError(
+                    f"bench.lengths={self.lengths} / bench.samples={self.samples}: null (every length, every record) "
+                    "only applies to files read from bench.data_dir; give the lengths and sample count to generate"
+                )
+            check_grid(self.lengths, self.samples)
+        elif self.lengths is not None or self.samples is not None:
+            check_grid(self.lengths or [1], self.samples or 1)
+        check_haystack(self.haystack)
+
+    def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
+        self.skipped = {}
+        samples = self._read() if self.data_dir is not None else self._generate(tokenizer)
+        return samples
+
+    def _generate(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
+        assert self.lengths is not None and self.samples is not None
+        data = RulerData(self.haystack, self.squad, self.hotpotqa, self.hub, self.english_words)
+        sentences = resolve_splitter(self.sentences)
+        self.source = {"generated": {"fit": self.fit, "words": self.words, "sentences": sentences}}
+        chat = True if self.chat_template is None else self.chat_template
+        samples: list[Sample] = []
+        for task in self.tasks:
+            for length in self.lengths:
+                try:
+                    made = generate(
+                        task, tokenizer, int(length), self.samples, self.seed, data,
+                        fit=self.fit, words=self.words, sentences=sentences,
+                    )  # fmt: skip
+                except FileNotFoundError as missing:
+                    self.skipped[task] = str(missing)
+                    print(f"skipping RULER {task}: {missing}", file=sys.stderr)
+                    break
+                samples += [self._adjust(s, chat) for s in made]
+        return samples
+
+    def _adjust(self, sample: Sample, chat: bool) -> Sample:
+        sample.chat_template = chat
+        if self.max_new_tokens is not None:
+            sample.max_new_tokens = self.max_new_tokens
+        if not self.answer_prefix:
+            sample.answer_prefix = ""
+        return sample
+
+    def _read(self) -> list[Sample]:
+        assert self.data_dir is not None
+        found = find_files(self.data_dir)
+        available = found.lengths()
+        lengths = sorted(available) if self.lengths is None else [int(n) for n in self.lengths]
+        absent = [n for n in lengths if n not in available]
+        if absent:
+            raise ValueError(
+                f"bench.lengths={self.lengths}: {', '.join(map(str, absent))} not in bench.data_dir={self.data_dir!r}, "
+                f"which holds {', '.join(map(str, available))} (bench.lengths=null reads every length)"
+            )
+        print(f"RULER files in {self.data_dir}: {found.summary()}", file=sys.stderr)
+        self.source = {"files": self._files_source(found, lengths)}
+        chat = False if self.chat_template is None else self.chat_template
+        by_key = {(f.task, f.length): f for f in found.files}
+        samples: list[Sample] = []
+        for task in self.tasks:
+            for length in lengths:
+                task_file = by_key.get((task, length))
+                if task_file is None:
+                    self.skipped[f"{task}@{length}"] = f"no {task} file for length {length} in {self.data_dir}"
+                    continue
+                samples += read_samples(task_file, self.samples, self.max_new_tokens, self.answer_prefix, chat)
+        return samples
+
+    def _files_source(self, found: Found, lengths: list[int]) -> dict[str, Any]:
+        return {
+            "data_dir": str(self.data_dir),
+            "found": {str(n): tasks for n, tasks in found.lengths().items()},
+            "read": {str(n): [t for t in self.tasks if t in found.lengths().get(n, [])] for n in lengths},
+            "ignored": found.ignored,
+        }
+
+    def score(self, sample: Sample, prediction: str) -> float:
+        return score_metric(sample.metric, prediction, sample.references)
+
+    def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
+        """Average over tasks at each length (RULER's headline numbers), and the samples' source."""
+        return {"lengths": average_per_length(records), "source": self.source}
+
+
+def check_grid(lengths: list[int], samples: int) -> None:
+    """Raise a clear error for an empty or non-positive length list or a sample count below 1."""
+    if not lengths or any(int(n) < 1 for n in lengths):
+        raise ValueError(f"bench.lengths={lengths} must be a non-empty list of positive token counts")
+    if samples < 1:
+        raise ValueError(f"bench.samples={samples} must be >= 1")
+
+
+def average_per_length(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Context length -> mean over tasks of the task's mean score, in percent (how RULER reports)."""
+    by_length: dict[int, dict[str, list[float]]] = {}
+    for record in records:
+        length = int(record["meta"]["context_length"])
+        by_length.setdefault(length, {}).setdefault(record["task"], []).append(record["score"])
+    return {
+        str(length): 100 * sum(sum(s) / len(s) for s in tasks.values()) / len(tasks)
+        for length, tasks in sorted(by_length.items())
+    }

@@ -1,0 +1,131 @@
+"""Generating RULER samples for a tokenizer and a length: plan the task, size the haystack, sample.
+
+Every prompt (``context + question + answer_prefix``, tokenized without special tokens or chat
+template) fits ``context_length - max_new_tokens`` tokens, as RULER counts the answer inside the
+length. ``fit="official"`` sizes haystacks by the official generator's rule (one search per task and
+length, then each sample steps down by a fixed number of units); ``fit="exact"`` makes every prompt
+as long as the budget allows. Every sample draws from its own ``random.Random`` seeded by ``(seed,
+task, index)``, so a sample does not depend on how many others are generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from eval.benchmarks.ruler.fitting import (
+    Build,
+    Fit,
+    TokenCounter,
+    TooShort,
+    fit_prompt,
+    ramp_size,
+    search_size,
+    step_down,
+)
+from eval.benchmarks.ruler.haystacks import resolve_splitter
+from eval.benchmarks.ruler.plan import FITS, Job, Plan, RulerData
+from eval.benchmarks.ruler.tasks import task_config
+from eval.benchmarks.ruler.templates import FAMILIES
+from eval.benchmarks.ruler.words import vocabulary
+from eval.sample import Sample
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+def official_start(plan: Plan, job: Job) -> int:
+    """The haystack size every sample starts from under ``fit="official"``."""
+    build, _ = plan.builder(0, f"{job.seed}/search")
+    if plan.ramp_start is not None:
+        return ramp_size(build, job.count, job.budget, plan.ramp_start, plan.step)
+    probe, _ = (plan.probe_builder or plan.builder)(0, f"{job.seed}/search")
+    per_unit = job.count(probe(plan.probe).prompt) / plan.probe
+    return search_size(build, job.count, job.budget, plan.step, per_unit, job.context_length, plan.upper_factor)
+
+
+def generate(
+    task: str,
+    tokenizer: PreTrainedTokenizerBase,
+    context_length: int,
+    num_samples: int,
+    seed: int,
+    data: RulerData | None = None,
+    *,
+    fit: str = "official",
+    words: str = "wonderwords",
+    sentences: str = "auto",
+) -> list[Sample]:
+    """``num_samples`` RULER samples of ``task`` at ``context_length`` tokens.
+
+    ``words``: ``"wonderwords"`` (the official source) or ``"bundled"``; ``sentences``: the essay
+    splitter, ``"auto"`` | ``"punkt"`` | ``"rules"`` (see :mod:`.haystacks`).
+    """
+    cfg = task_config(task)
+    if fit not in FITS:
+        raise ValueError(f"bench.fit={fit!r} is not a fitting rule; allowed: {', '.join(FITS)}")
+    family = FAMILIES[cfg.family]
+    budget = context_length - family.max_new_tokens
+    if budget <= 0:
+        raise ValueError(f"context_length {context_length} leaves no room for {task}'s prompt")
+    job = Job(
+        task=task,
+        context_length=context_length,
+        budget=budget,
+        seed=f"ruler/{task}/{seed}",
+        count=TokenCounter(tokenizer),
+        data=data or RulerData(),
+        words=vocabulary(words),
+        sentences=resolve_splitter(sentences),
+        fit=fit,
+    )
+    plan = cfg.plan(job)
+    try:
+        fits = _fit_all(plan, job, num_samples)
+    except TooShort as exc:
+        raise ValueError(
+            f"RULER {task} cannot fit in context_length={context_length}: its smallest prompt has "
+            f"{exc.tokens} tokens but the budget is {budget} ({context_length} minus "
+            f"{family.max_new_tokens} tokens reserved for the answer)"
+        ) from None
+    samples = []
+    for i, fitted in enumerate(fits):
+        meta = {
+            "benchmark": "ruler",
+            "context_length": context_length,
+            "max_prompt_tokens": budget,
+            "haystack": plan.haystack,
+            "haystack_units": fitted.n,
+            "seed": seed,
+            "index": i,
+        }
+        sample_id = f"ruler/{task}/{context_length}/{seed}/{i}"
+        samples.append(fitted.sample(sample_id, task, family.max_new_tokens, family.metric, meta))
+    return samples
+
+
+def _fit_all(plan: Plan, job: Job, num_samples: int) -> list[Fit]:
+    start = official_start(plan, job) if job.fit == "official" else None
+    fits: list[Fit] = []
+    guess: int | None = None
+    slope: float | None = None
+    for i in range(num_samples):
+        seed = f"{job.seed}/{i}"
+        build, n_min = plan.builder(i, seed)
+        if start is not None:
+            builds = _attempts(plan, i, seed, build)
+            fitted = step_down(builds, job.count, job.budget, start, plan.step, n_min)
+        else:
+            fitted = fit_prompt(build, job.count, job.budget, n_min, plan.n_max, guess, slope)
+            guess, slope = fitted.n, fitted.slope
+        fits.append(fitted)
+    return fits
+
+
+def _attempts(plan: Plan, index: int, seed: str, first: Build) -> Callable[[int], Build]:
+    """Sample ``index``'s builder per attempt: its own seed first, then ``<seed>/retry<k>``."""
+
+    def builds(attempt: int) -> Build:
+        return first if attempt == 0 else plan.builder(index, f"{seed}/retry{attempt}")[0]
+
+    return builds
