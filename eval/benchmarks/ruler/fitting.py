@@ -229,7 +229,7 @@ def ramp_size(build: Build, count: Count, budget: int, start: int, step: int) ->
 
 
 def step_down(
-    builds: Callable[[int], Build], count: Count, budget: int, start: int, step: int, n_min: int, retries: int = 100
+    builds: Callable[[int], Build], count: Count, budget: int, start: int, step: int, n_min: int, retries: int = 1000
 ) -> Fit:
     """One sample at the official rule: ``start`` units, minus ``step`` until the prompt fits.
 
