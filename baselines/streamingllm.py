@@ -8,7 +8,7 @@ import torch
 
 from restkv.checks import check_choice, check_number
 from restkv.policy import LayerInputs, Policy
-from restkv.registry import register_policy
+from restkv.registry import register_policy, register_preset
 
 VARIANTS = ("sinks", "prefix")
 
@@ -38,3 +38,8 @@ class StreamingLLM(Policy):
         scores = -position if self.variant == "prefix" else torch.where(position < self.sinks, past + 1.0, position)
         b, h = inputs.queries.shape[:2]
         return scores.expand(b, h, past)
+
+
+# The ReST-KV authors' Needle-in-a-Haystack script gives StreamingLLM a 32-token window (their LongBench,
+# RULER and InfiniteBench drivers use budget - 4, which is variant="sinks" with 4 sinks).
+register_preset("streamingllm_niah", "streamingllm", variant="prefix")

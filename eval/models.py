@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -130,6 +131,34 @@ def check_model(spec: ModelSpec) -> None:
                 f"model.tokenizer={spec.tokenizer!r} ({tokenizer_folder}) holds no tokenizer: "
                 f"none of {', '.join(TOKENIZER_FILES)}"
             )
+
+
+FLASH_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+"""The package each flash-attention backend needs (transformers imports it when the model loads)."""
+
+
+def check_attention_backend(spec: ModelSpec, device_type: str) -> None:
+    """Refuse, before any work, a flash-attention backend that cannot run here, naming the override that can.
+
+    Left to transformers, a missing ``flash_attn`` fails only once the weights load, or, when the
+    ``kernels`` package is installed, is silently replaced by a kernel fetched from the hub (whose
+    name the compressor then refuses). No fallback is made here: the backend a run used is the one
+    its config, and so its identity, names.
+    """
+    package = FLASH_PACKAGES.get(spec.attn_implementation)
+    if package is None:
+        return
+    key = f"model.attn_implementation={spec.attn_implementation}"
+    if importlib.util.find_spec(package) is None:
+        raise ValueError(
+            f"{key} needs the {package!r} package, which is not installed here (it needs a CUDA GPU); install it, "
+            "or run with model.attn_implementation=sdpa (recorded in the run's identity and folder name)"
+        )
+    if device_type != "cuda":
+        raise ValueError(
+            f"{key} runs on CUDA GPUs only and this run's device is {device_type!r}; "
+            "run on a GPU (device=cuda) or with model.attn_implementation=sdpa"
+        )
 
 
 def _local_folder(key: str, value: str) -> Path | None:

@@ -12,7 +12,15 @@ from tqdm import tqdm
 
 from eval.evaluation import Evaluation, Session
 from eval.identity import claimed_folder, run_identity
-from eval.models import ModelSpec, check_model, eos_token_ids, load_model, load_tokenizer, weights_fingerprint
+from eval.models import (
+    ModelSpec,
+    check_attention_backend,
+    check_model,
+    eos_token_ids,
+    load_model,
+    load_tokenizer,
+    weights_fingerprint,
+)
 from eval.prompting import tokenize
 from eval.results import PredictionLog, RunLock, format_table, run_folder, summarize, write_metrics
 from eval.sample import Sample
@@ -81,6 +89,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     spec = model_spec(cfg.model)
     check_model(spec)
     device = pick_device(cfg.device)
+    check_attention_backend(spec, device.type)
     budget = Budget(cfg.budget)
     policy = instantiate(cfg.policy, _convert_="all")
     if not budget.is_ratio and policy.evicts and budget.value <= policy.window:
