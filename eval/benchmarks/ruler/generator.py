@@ -87,6 +87,11 @@ def generate(
             f"RULER {task} cannot fit in context_length={context_length}: its smallest prompt has "
             f"{exc.tokens} tokens but the budget is {budget} ({context_length} minus "
             f"{family.max_new_tokens} tokens reserved for the answer)"
+            + (
+                f"; fit=official never drops below {plan.step} haystack units, bench.fit=exact can"
+                if fit == "official"
+                else ""
+            )
         ) from None
     samples = []
     for i, fitted in enumerate(fits):

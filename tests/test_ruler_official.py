@@ -1,0 +1,116 @@
+"""The RULER generator's defaults follow the official generator: wonderwords, the step-down fit, punkt."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from _tokenizer import tokenizer_fixture  # noqa: F401
+
+from eval.benchmarks import ruler
+from eval.benchmarks.ruler import Draft, RulerBenchmark, generate, haystacks, step_down, vocabulary
+
+KEY = re.compile(r"One of the special magic numbers for (.+?) is: \d+\.")
+
+
+def test_keys_come_from_wonderwords_by_default(tokenizer) -> None:
+    official, bundled = vocabulary("wonderwords"), vocabulary("bundled")
+    assert len(official.adjectives) > 900 and len(official.nouns) > 6000  # the wonderwords lists, not ours
+    keys = [k for s in generate("niah_multikey_2", tokenizer, 2048, 3, seed=0) for k in KEY.findall(s.context)]
+    assert len(keys) > 100
+    pairs = [k.split("-", 1) for k in keys]
+    assert all(
+        k in {f"{a}-{n}" for a, n in pairs if a in official.adjectives and n in official.nouns} for k in keys[:1]
+    )
+    assert all(any(f"{a}-" in k for a in official.adjectives) for k in keys)
+    outside = [k for k in keys if not any(k == f"{a}-{n}" for a, n in [k.split("-", 1)] if a in bundled.adjectives)]
+    assert len(outside) > len(keys) // 2  # most keys could not come from the bundled lists
+    old = [
+        k
+        for s in generate("niah_multikey_2", tokenizer, 2048, 3, seed=0, words="bundled")
+        for k in KEY.findall(s.context)
+    ]
+    assert all(a in bundled.adjectives and n in bundled.nouns for a, n in (k.split("-", 1) for k in old))
+
+
+def test_cwe_words_come_from_the_wonderwords_pool(tokenizer) -> None:
+    pool, bundled = set(vocabulary("wonderwords").common), set(vocabulary("bundled").common)
+    (sample,) = generate("cwe", tokenizer, 2048, 1, seed=0)
+    listing = sample.context.rsplit("Memorize the ones that appear most often.\n", 1)[1]
+    words = set(re.findall(r"\d+\. (.+?)(?= \d+\. |$)", listing))
+    assert len(words) > 50 and words <= pool
+    assert len(words - bundled) > len(words) // 2
+
+
+def test_step_down_drops_whole_steps_and_redraws() -> None:
+    """A sample whose content is longer than the probe's overflows at the searched size and drops a step."""
+    calls: list[tuple[int, int]] = []
+
+    def builds(attempt: int):
+        def build(n: int) -> Draft:
+            calls.append((attempt, n))
+            return Draft("x" * (10 * n + (400 if attempt == 0 else 0)), "", "", [])
+
+        return build
+
+    fit = step_down(builds, len, 1000, start=95, step=25, n_min=0)
+    assert calls == [(0, 95), (1, 70)]  # 950+400 overflows; the next attempt re-draws 25 units shorter
+    assert fit.n == 70 and fit.tokens == 700
+    # at the smallest size it stays and re-draws; where nothing ever fits it says so
+    with pytest.raises(ruler.TooShort):
+        step_down(lambda attempt: lambda n: Draft("x" * 5000, "", "", []), len, 1000, 30, 25, 0, retries=3)
+
+
+def test_official_fit_follows_the_step_rule(tokenizer) -> None:
+    """Essay haystacks: every sample starts at the searched size and drops 500 words per overflow."""
+    samples = generate("niah_single_2", tokenizer, 2048, 20, seed=0)
+    units = [s.meta["haystack_units"] for s in samples]
+    start = max(units)
+    assert all((start - n) % 500 == 0 for n in units)
+    assert min(units) < start  # some samples overflowed and dropped a step: far below the budget
+    short = [s for s in samples if s.meta["haystack_units"] < start]
+    assert all(s.meta["prompt_tokens"] < 0.6 * s.meta["max_prompt_tokens"] for s in short)
+    exact = generate("niah_single_2", tokenizer, 2048, 20, seed=0, fit="exact")
+    assert all(s.meta["prompt_tokens"] >= s.meta["max_prompt_tokens"] - 8 for s in exact)
+
+
+def test_frequent_words_ramp(tokenizer) -> None:
+    samples = generate("fwe", tokenizer, 2048, 10, seed=0)
+    step = (2048 - 50) // 32
+    units = [s.meta["haystack_units"] for s in samples]
+    assert all((max(units) - n) % step == 0 for n in units)
+    assert all(s.meta["prompt_tokens"] <= s.meta["max_prompt_tokens"] for s in samples)
+
+
+class FakePunkt:
+    """Sentences end at every word that ends with "!" (nothing a rule-based splitter would do)."""
+
+    def span_tokenize(self, text: str):
+        start = 0
+        for match in re.finditer(r"! ", text):
+            yield start, match.start() + 1
+            start = match.end()
+        yield start, len(text)
+
+
+def test_punkt_when_installed_rules_otherwise(monkeypatch) -> None:
+    monkeypatch.setattr(haystacks, "_punkt", lambda: None)
+    assert haystacks.resolve_splitter("auto") == "rules"
+    with pytest.raises(RuntimeError, match="punkt_tab"):
+        haystacks.resolve_splitter("punkt")
+    with pytest.raises(ValueError, match="allowed: auto, punkt, rules"):
+        haystacks.resolve_splitter("spacy")
+    monkeypatch.setattr(haystacks, "_punkt", lambda: FakePunkt())
+    assert haystacks.resolve_splitter("auto") == "punkt"
+    text = "One two! Three. Four five! Six."
+    assert ruler.parse_essay(text, "punkt").ends == (1, 4, 5)
+    assert ruler.parse_essay(text, "rules").ends == (1, 2, 4, 5)
+
+
+def test_metrics_say_which_generator_ran(tokenizer, monkeypatch) -> None:
+    monkeypatch.setattr(haystacks, "_punkt", lambda: None)
+    bench = RulerBenchmark(tasks=["niah_single_1"], lengths=[1024], samples=1)
+    bench.load_samples(tokenizer)
+    assert bench.report([], None)["source"] == {  # type: ignore[arg-type]
+        "generated": {"fit": "official", "words": "wonderwords", "sentences": "rules"}
+    }
