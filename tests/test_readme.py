@@ -22,9 +22,11 @@ def test_three_line_api(make_model) -> None:
     assert namespace["output"].shape[1] > 200
 
 
-def test_new_policy_example(make_model) -> None:
-    from restkv import compress, get_policy
+def test_new_policy_example(make_model, monkeypatch) -> None:
+    from restkv import compress, get_policy, registry
 
+    # the example registers "keynorm": in a copy of the registry, so later tests see the real one
+    monkeypatch.setattr(registry, "_POLICIES", dict(registry._POLICIES))
     namespace: dict = {}
     exec(python_blocks()[1], namespace)
     policy = get_policy("keynorm", window=8)

@@ -93,20 +93,31 @@ def generate(
                 else ""
             )
         ) from None
-    samples = []
-    for i, fitted in enumerate(fits):
-        meta = {
-            "benchmark": "ruler",
-            "context_length": context_length,
-            "max_prompt_tokens": budget,
-            "haystack": plan.haystack,
-            "haystack_units": fitted.n,
-            "seed": seed,
-            "index": i,
-        }
-        sample_id = f"ruler/{task}/{context_length}/{seed}/{i}"
-        samples.append(fitted.sample(sample_id, task, family.max_new_tokens, family.metric, meta))
-    return samples
+    return [_sample(job, plan, fitted, seed, i) for i, fitted in enumerate(fits)]
+
+
+def _sample(job: Job, plan: Plan, fitted: Fit, seed: int, index: int) -> Sample:
+    family = FAMILIES[task_config(job.task).family]
+    meta = {
+        "benchmark": "ruler",
+        "context_length": job.context_length,
+        "max_prompt_tokens": job.budget,
+        "haystack": plan.haystack,
+        "haystack_units": fitted.n,
+        "seed": seed,
+        "index": index,
+    }
+    sample_id = f"ruler/{job.task}/{job.context_length}/{seed}/{index}"
+    return fitted.sample(sample_id, job.task, family.max_new_tokens, family.metric, meta)
+
+
+def _too_short(job: Job, plan: Plan, max_new_tokens: int, tokens: int) -> ValueError:
+    official = f"; fit=official never drops below {plan.step} haystack units, bench.fit=exact can"
+    return ValueError(
+        f"RULER {job.task} cannot fit in context_length={job.context_length}: its smallest prompt has "
+        f"{tokens} tokens but the budget is {job.budget} ({job.context_length} minus {max_new_tokens} tokens "
+        f"reserved for the answer){official if job.fit == 'official' else ''}"
+    )
 
 
 def _fit_all(plan: Plan, job: Job, num_samples: int) -> list[Fit]:
