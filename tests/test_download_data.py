@@ -57,7 +57,7 @@ def test_offline_everything_fails_fast_with_instructions(dd, tmp_path, monkeypat
     assert time.monotonic() - start < 5
     assert status == 1
     out = capsys.readouterr().out
-    for name in ("longbench", "longbench_e", "infinitebench", "ruler_qa", "paul_graham"):
+    for name in ("longbench", "longbench_e", "infinitebench", "ruler_qa", "ruler_words", "paul_graham"):
         line = next(line for line in out.splitlines() if line.startswith(f"could not get {name}:"))
         assert "is not reachable" in line and "to get it manually:" in line
     assert "data.zip" in out and "dev-v2.0.json" in out and "hotpot_dev_distractor_v1.json" in out
@@ -145,6 +145,20 @@ def test_invalid_json_is_not_installed(dd, tmp_path, monkeypatch, capsys) -> Non
     assert dd.main(["ruler_qa", "--data-dir", str(root)]) == 1
     assert "could not get ruler_qa" in capsys.readouterr().out
     assert all_files(root) == []
+
+
+def test_ruler_words_refuses_a_git_lfs_pointer(dd, tmp_path, monkeypatch, capsys) -> None:
+    """RULER's english_words.json is a Git LFS object: a pointer file is not the word list."""
+    pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:affc\nsize 8564991\n"
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "http_get", lambda url, dest, timeout=0: dest.write_text(pointer))
+    root = tmp_path / "data"
+    assert dd.main(["ruler_words", "--data-dir", str(root)]) == 1
+    assert "could not get ruler_words" in capsys.readouterr().out and all_files(root) == []
+    words = {"1": "aardvark", "2": "abacus"}
+    monkeypatch.setattr(dd, "http_get", lambda url, dest, timeout=0: dest.write_text(json.dumps(words)))
+    assert dd.main(["ruler_words", "--data-dir", str(root)]) == 0
+    assert json.loads((root / "ruler" / "english_words.json").read_text()) == words
 
 
 def test_infinitebench_per_file(dd, tmp_path, monkeypatch, capsys) -> None:

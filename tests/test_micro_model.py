@@ -74,7 +74,9 @@ def _accuracy(
     if task in micro_suite.TASK_CONFIGS:
         samples = micro_suite.generate(task, tokenizer, LENGTH, count, seed=3)
     else:  # RULER's prompts as the model was trained on them: keys from the bundled words, exact fit
-        samples = ruler.generate(task, tokenizer, LENGTH, count, seed=3, fit="exact", words="bundled", sentences="rules")
+        samples = ruler.generate(
+            task, tokenizer, LENGTH, count, seed=3, fit="exact", words="bundled", sentences="rules"
+        )
     if mid_only:
         samples = [s for s in samples if all(0.2 <= d <= 0.8 for d in s.meta["depths"])][:SAMPLES]
         assert len(samples) >= SAMPLES // 2

@@ -155,6 +155,8 @@ RULER = {
     "chat_template": False,
     "data_dir": None,
     "haystack": "data/PaulGrahamEssays",
+    "sentences": "punkt",  # RULER's generator splits essays with NLTK's punkt
+    "english_words": "data/ruler/english_words.json",  # its english_words.json for long cwe lists
 }
 EXPECTED: dict[str, Preset] = {
     "longbench_llama3": Preset(LLAMA31, "longbench", LONGBENCH_POLICIES, FIGURE_BUDGETS, bench_settings=LONGBENCH),

@@ -122,8 +122,9 @@ BAD = [
     (
         "length not a number",
         lambda root: write(root / "long" / "vt.jsonl", [vt_record()]),
-        r"long is not a context-length folder",
+        r"long holds task files but its name is not a context length",
     ),
+    ("empty task file", lambda root: write(root / "512" / "vt.jsonl", [""]), r"vt.jsonl: no records"),
     (
         "missing input",
         lambda root: write(root / "512" / "vt.jsonl", [vt_record(), {"outputs": ["A"]}]),
@@ -174,3 +175,58 @@ def test_bad_folder_is_named_and_nothing_is_lost(tmp_path: Path, case: str, make
     with pytest.raises(ValueError, match=message):
         run(tmp_path, good, "on_change=adopt")
     assert predictions.read_bytes() == before
+
+
+def test_other_folders_are_listed_not_fatal_and_runs_nest_in_data(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    write(root / "logs" / "prepare.log", ["ok"])  # the generator's logs beside the length folders
+    write(root / "1024" / "data" / "vt" / "validation.jsonl", [vt_record()])  # RULER's own run.sh layout
+    found = find_files(root)
+    assert [(f.task, f.length) for f in found.files] == [("vt", 1024)]
+    assert "logs" in found.ignored
+
+
+def test_the_line_after_the_limit_is_not_read(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    write(root / "512" / "vt.jsonl", [vt_record(), "{broken"])
+    (file,) = find_files(root).files
+    assert len(read_samples(file, 1, None, answer_prefix=True, chat_template=False)) == 1
+    with pytest.raises(ValueError, match=r"vt\.jsonl:2: malformed JSON line"):
+        read_samples(file, None, None, answer_prefix=True, chat_template=False)
+
+
+def test_each_family_is_scored_by_its_metric(tmp_path: Path) -> None:
+    """Known predictions: all answers for niah/vt (string_match_all), any answer for qa (string_match_part)."""
+    root = tmp_path / "data"
+    qa = {
+        "input": "Answer the question based on the given documents. Only give me the answer and do not output any "
+        "other words.\n\nThe following are given documents.\n\nDocument 1:\nBo lives in Oslo.\n\nAnswer the "
+        "question based on the given documents. Only give me the answer and do not output any other words."
+        "\n\nQuestion: Where does Bo live?",
+        "outputs": ["Oslo", "in Oslo"],
+        "answer_prefix": " Answer:",
+    }
+    write(root / "512" / "qa_1.jsonl", [qa])
+    write(root / "512" / "vt.jsonl", [vt_record()])
+    bench = RulerBenchmark(tasks=["qa_1", "vt"], lengths=None, samples=None, data_dir=str(root))
+    by_task = {s.task: s for s in bench.load_samples(None)}  # type: ignore[arg-type]
+    assert by_task["qa_1"].question.startswith("\n\nAnswer the question") and by_task["qa_1"].max_new_tokens == 32
+    assert bench.score(by_task["qa_1"], "Oslo, I think") == 1.0  # one answer is enough
+    assert bench.score(by_task["vt"], "QWERT") == 0.5  # every answer is needed
+    assert bench.score(by_task["vt"], "QWERT ASDFG") == 1.0
+    assert bench.source["files"]["records"] == {"qa_1@512": 1, "vt@512": 1}
+
+
+def test_repeated_tasks_or_lengths_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"bench.tasks=.* names vt twice"):
+        RulerBenchmark(tasks=["vt", "vt"], lengths=[1024], samples=1)
+    with pytest.raises(ValueError, match=r"bench.lengths=.* names 1024 twice"):
+        RulerBenchmark(lengths=[1024, 1024], samples=1, data_dir=str(tmp_path))
+
+
+def test_reading_files_needs_no_essay_and_no_punkt(tmp_path: Path) -> None:
+    root = authors_layout(tmp_path / "data")
+    bench = RulerBenchmark(
+        tasks=["vt"], lengths=None, samples=None, data_dir=str(root), haystack="data/missing-essays", sentences="punkt"
+    )
+    assert [s.task for s in bench.load_samples(None)] == ["vt", "vt"]  # type: ignore[arg-type]

@@ -13,24 +13,23 @@ from eval.benchmarks.ruler import Draft, RulerBenchmark, generate, haystacks, st
 KEY = re.compile(r"One of the special magic numbers for (.+?) is: \d+\.")
 
 
+def _split(key: str, words) -> tuple[str, str] | None:
+    """The (adjective, noun) of ``words`` that make ``key`` (words may hold hyphens themselves)."""
+    for at in [i for i, c in enumerate(key) if c == "-"]:
+        if key[:at] in words.adjectives and key[at + 1 :] in words.nouns:
+            return key[:at], key[at + 1 :]
+    return None
+
+
 def test_keys_come_from_wonderwords_by_default(tokenizer) -> None:
     official, bundled = vocabulary("wonderwords"), vocabulary("bundled")
     assert len(official.adjectives) > 900 and len(official.nouns) > 6000  # the wonderwords lists, not ours
     keys = [k for s in generate("niah_multikey_2", tokenizer, 2048, 3, seed=0) for k in KEY.findall(s.context)]
     assert len(keys) > 100
-    pairs = [k.split("-", 1) for k in keys]
-    assert all(
-        k in {f"{a}-{n}" for a, n in pairs if a in official.adjectives and n in official.nouns} for k in keys[:1]
-    )
-    assert all(any(f"{a}-" in k for a in official.adjectives) for k in keys)
-    outside = [k for k in keys if not any(k == f"{a}-{n}" for a, n in [k.split("-", 1)] if a in bundled.adjectives)]
-    assert len(outside) > len(keys) // 2  # most keys could not come from the bundled lists
-    old = [
-        k
-        for s in generate("niah_multikey_2", tokenizer, 2048, 3, seed=0, words="bundled")
-        for k in KEY.findall(s.context)
-    ]
-    assert all(a in bundled.adjectives and n in bundled.nouns for a, n in (k.split("-", 1) for k in old))
+    assert all(_split(k, official) for k in keys)
+    assert sum(_split(k, bundled) is None for k in keys) > len(keys) // 2  # most could not come from ours
+    samples = generate("niah_multikey_2", tokenizer, 2048, 3, seed=0, words="bundled")
+    assert all(_split(k, bundled) for s in samples for k in KEY.findall(s.context))
 
 
 def test_cwe_words_come_from_the_wonderwords_pool(tokenizer) -> None:
@@ -74,14 +73,6 @@ def test_official_fit_follows_the_step_rule(tokenizer) -> None:
     assert all(s.meta["prompt_tokens"] >= s.meta["max_prompt_tokens"] - 8 for s in exact)
 
 
-def test_frequent_words_ramp(tokenizer) -> None:
-    samples = generate("fwe", tokenizer, 2048, 10, seed=0)
-    step = (2048 - 50) // 32
-    units = [s.meta["haystack_units"] for s in samples]
-    assert all((max(units) - n) % step == 0 for n in units)
-    assert all(s.meta["prompt_tokens"] <= s.meta["max_prompt_tokens"] for s in samples)
-
-
 class FakePunkt:
     """Sentences end at every word that ends with "!" (nothing a rule-based splitter would do)."""
 
@@ -114,3 +105,38 @@ def test_metrics_say_which_generator_ran(tokenizer, monkeypatch) -> None:
     assert bench.report([], None)["source"] == {  # type: ignore[arg-type]
         "generated": {"fit": "official", "words": "wonderwords", "sentences": "rules"}
     }
+
+
+def test_frequent_words_start_where_the_official_ramp_stops(tokenizer) -> None:
+    """fwe's size: from budget // 6 up in steps of budget // 32 while under the budget, then one step back."""
+    budget = 2048 - 50
+    step = budget // 32
+    build = ruler.fwe_builder(ruler.TASK_CONFIGS["fwe"], "ruler/fwe/0/search", budget)
+    n = budget // 6
+    while len(tokenizer(build(n).prompt, add_special_tokens=False)["input_ids"]) < budget:
+        n += step
+    start = n - step
+    units = [s.meta["haystack_units"] for s in generate("fwe", tokenizer, 2048, 10, seed=0)]
+    assert all(u <= start and (start - u) % step == 0 for u in units)
+    assert start in units
+
+
+def test_official_join_keeps_empty_pieces() -> None:
+    """A needle at depth 0 follows a space, as the official generator joins its pieces."""
+
+    class AtDepthZero:
+        def sample(self, population, k):
+            return [0] * k
+
+    essay = ruler.parse_essay("First one. Second one. Third one.")
+    official, _ = ruler.essay_with_needles(essay, 6, ["NEEDLE."], AtDepthZero(), official=True)  # type: ignore[arg-type]
+    compact, _ = ruler.essay_with_needles(essay, 6, ["NEEDLE."], AtDepthZero())  # type: ignore[arg-type]
+    assert official == " NEEDLE. First one. Second one. Third one."
+    assert compact == "NEEDLE. First one. Second one. Third one."
+
+
+def test_too_short_says_whether_exact_filling_would_fit(tokenizer) -> None:
+    with pytest.raises(ValueError, match=r"never drops below 500 haystack units, bench\.fit=exact fits"):
+        generate("niah_single_2", tokenizer, 600, 1, seed=0)
+    with pytest.raises(ValueError, match=r"bench\.fit=exact does not fit either"):
+        generate("cwe", tokenizer, 512, 1, seed=0)

@@ -13,7 +13,7 @@ from eval.benchmarks.ruler.generator import generate
 from eval.benchmarks.ruler.haystacks import resolve_splitter
 from eval.benchmarks.ruler.plan import FITS, RulerData
 from eval.benchmarks.ruler.tasks import OFFLINE_TASKS, task_config
-from eval.benchmarks.ruler.words import VOCABULARIES
+from eval.benchmarks.ruler.words import VOCABULARIES, vocabulary
 from eval.metrics import score as score_metric
 from eval.sample import Sample
 
@@ -62,23 +62,27 @@ class RulerBenchmark:
     def __post_init__(self) -> None:
         for task in self.tasks:
             task_config(task)  # raises with the list of valid tasks
-        for knob, value, allowed in (("fit", self.fit, FITS), ("words", self.words, VOCABULARIES)):
-            if value not in allowed:
-                raise ValueError(f"bench.{knob}={value!r} is not allowed; allowed: {', '.join(allowed)}")
-        resolve_splitter(self.sentences)  # raises for an unknown splitter or punkt asked for but missing
+        for knob, values in (("tasks", self.tasks), ("lengths", self.lengths or [])):
+            repeated = sorted({str(v) for v in values if list(values).count(v) > 1})
+            if repeated:
+                raise ValueError(f"bench.{knob}={values} names {', '.join(repeated)} twice; list each once")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(
                 f"bench.max_new_tokens={self.max_new_tokens} must be >= 1 or null (RULER's per-task lengths)"
             )
-        if self.data_dir is None:
-            if self.lengths is None or self.samples is None:
-                raise ValueError(
-                    f"bench.lengths={self.lengths} / bench.samples={self.samples}: null (every length, every record) "
-                    "only applies to files read from bench.data_dir; give the lengths and sample count to generate"
-                )
-            check_grid(self.lengths, self.samples)
-        elif self.lengths is not None or self.samples is not None:
-            check_grid(self.lengths or [1], self.samples or 1)
+        if self.data_dir is not None:  # reading files: nothing below about generation applies
+            check_grid([1] if self.lengths is None else self.lengths, 1 if self.samples is None else self.samples)
+            return
+        if self.lengths is None or self.samples is None:
+            raise ValueError(
+                f"bench.lengths={self.lengths} / bench.samples={self.samples}: null (every length, every record) "
+                "only applies to files read from bench.data_dir; give the lengths and sample count to generate"
+            )
+        check_grid(self.lengths, self.samples)
+        for knob, value, allowed in (("fit", self.fit, FITS), ("words", self.words, VOCABULARIES)):
+            if value not in allowed:
+                raise ValueError(f"bench.{knob}={value!r} is not allowed; allowed: {', '.join(allowed)}")
+        resolve_splitter(self.sentences)  # raises for an unknown splitter or punkt asked for but missing
         check_haystack(self.haystack)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
@@ -105,7 +109,21 @@ class RulerBenchmark:
                     print(f"skipping RULER {task}: {missing}", file=sys.stderr)
                     break
                 samples += [self._adjust(s, chat) for s in made]
+        self._note_large_pool(samples)
         return samples
+
+    def _note_large_pool(self, samples: list[Sample]) -> None:
+        """Say so when a cwe prompt needed more words than the vocabulary holds (the large pool stands in)."""
+        pool = len(vocabulary(self.words).common)
+        if any(s.task == "cwe" and s.meta["haystack_units"] > pool for s in samples):
+            large = self.english_words or "the bundled english_words.txt (RULER's english_words.json not given)"
+            self.source["generated"]["cwe_large_pool"] = large
+            if self.english_words is None:
+                print(
+                    f"note: cwe prompts need more than the {pool} {self.words} words; drawing from {large}; "
+                    "bench.english_words=<RULER's english_words.json> for the official pool",
+                    file=sys.stderr,
+                )
 
     def _adjust(self, sample: Sample, chat: bool) -> Sample:
         sample.chat_template = chat
@@ -137,7 +155,9 @@ class RulerBenchmark:
                 if task_file is None:
                     self.skipped[f"{task}@{length}"] = f"no {task} file for length {length} in {self.data_dir}"
                     continue
-                samples += read_samples(task_file, self.samples, self.max_new_tokens, self.answer_prefix, chat)
+                read = read_samples(task_file, self.samples, self.max_new_tokens, self.answer_prefix, chat)
+                self.source["files"]["records"][f"{task}@{length}"] = len(read)
+                samples += read
         return samples
 
     def _files_source(self, found: Found, lengths: list[int]) -> dict[str, Any]:
@@ -146,6 +166,7 @@ class RulerBenchmark:
             "found": {str(n): tasks for n, tasks in found.lengths().items()},
             "read": {str(n): [t for t in self.tasks if t in found.lengths().get(n, [])] for n in lengths},
             "ignored": found.ignored,
+            "records": {},  # task@length -> records read (bench.samples caps it)
         }
 
     def score(self, sample: Sample, prediction: str) -> float:

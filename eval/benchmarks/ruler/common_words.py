@@ -7,8 +7,9 @@ repetition counts below 4,096 tokens.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from eval.benchmarks.ruler.fitting import Build, Draft
 from eval.benchmarks.ruler.plan import Job, Plan
@@ -29,21 +30,27 @@ class CommonWords:
     def plan(self, job: Job) -> Plan:
         """Distinct words (official step 10; the official search probes 4,096 words and bounds the
         size by twice the length over the tokens per word)."""
-        small, large = job.words.common, english_words(job.data.english_words)
+        small, path = job.words.common, job.data.english_words
+
+        def large() -> Sequence[str]:  # read only when a prompt needs more words than `small` holds
+            return english_words(path)
 
         def builder(index: int, seed: str) -> tuple[Build, int]:
             return cwe_builder(self, seed, job.context_length, small, large), self.num_cw
 
-        return Plan("words", builder, n_max=len(large), step=10, probe=4096, upper_factor=2.0)
+        sized = path if path is not None and Path(path).is_file() else None
+        return Plan("words", builder, n_max=len(english_words(sized)), step=10, probe=4096, upper_factor=2.0)
 
 
 def _numbered(words: Sequence[str]) -> str:
     return " ".join(f"{i + 1}. {w}" for i, w in enumerate(words))
 
 
-def cwe_builder(cfg: CommonWords, seed: str, context_length: int, small: Sequence[str], large: Sequence[str]) -> Build:
+def cwe_builder(
+    cfg: CommonWords, seed: str, context_length: int, small: Sequence[str], large: Callable[[], Sequence[str]]
+) -> Build:
     """``build(n)`` for one sample: a solved example, then a numbered list of ``n`` distinct words, ten of
-    them repeated often. Words come from ``small`` while it holds ``n``, else from ``large``."""
+    them repeated often. Words come from ``small`` while it holds ``n``, else from ``large()``."""
     family = FAMILIES["common_words_extraction"]
     head, tail = split_template(family.template)
     if context_length < 4096:  # RULER's lighter setting for short contexts
@@ -63,7 +70,7 @@ def cwe_builder(cfg: CommonWords, seed: str, context_length: int, small: Sequenc
         for _ in range(cfg.num_fewshot):
             shot_context, shot_answer = example(rng, rng.sample(small, shot_words), shot_cw, shot_ucw)
             shots.append(head + shot_context + tail + family.answer_prefix + " " + _numbered(shot_answer))
-        pool = small if n <= len(small) else large
+        pool = small if n <= len(small) else large()
         context, answer = example(rng, prefix_sample(rng, pool, n), main_cw, main_ucw)
         return Draft(
             context="\n".join(shots) + "\n" + head + context,

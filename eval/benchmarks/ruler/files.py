@@ -1,10 +1,18 @@
 """Official RULER files: reading the prompts NVIDIA/RULER's own generator made.
 
-Two layouts are recognised under a data folder, one sub-folder per context length:
+Three layouts are recognised under a data folder, one sub-folder per context length:
 
 * ``<length>/<task>/validation.jsonl`` (or ``test.jsonl``): what RULER's ``scripts/data/prepare.py``
   writes with ``--save_dir <folder>/<length>``;
+* ``<length>/data/<task>/validation.jsonl``: RULER's own ``run.sh`` results folder;
 * ``<length>/<task>.jsonl``: what the ReST-KV authors' ``run_ruler.py`` reads (``data/RULER``).
+
+The official generator's ``input`` ends with the question and its ``answer_prefix`` field holds the
+answer prefix since NVIDIA/RULER 48cbc8b (January 2025); older files keep the prefix at the end of
+``input`` (no ``answer_prefix`` field), which then stays in ``Sample.question``. The fit rule that
+:mod:`.fitting` reproduces is the one of c3f5e3b (the search arrived in 56ea4ef, June 2025; before it,
+niah and cwe grew the haystack linearly). A file made with a model template
+(``--model_template_type``) is fed as it is, template included.
 
 A record holds ``input`` (the prompt up to the end of the question: RULER keeps the answer prefix in
 its own field, ``answer_prefix``) and ``outputs`` (the answers). The prompt is cut where the task's
@@ -13,6 +21,7 @@ question starts so that the ``query_agnostic`` protocol can compress the context
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,39 +63,65 @@ class Found:
         return "; ".join(parts) + ignored
 
 
+LAYOUT = (
+    "<data_dir>/<length>/<task>/validation.jsonl, <data_dir>/<length>/data/<task>/validation.jsonl or "
+    "<data_dir>/<length>/<task>.jsonl, <length> a positive number of tokens"
+)
+
+
 def find_files(data_dir: str | Path) -> Found:
-    """The task files under ``data_dir``; raises naming the entry when the layout is not RULER's."""
+    """The task files under ``data_dir``; raises naming the entry when the layout is not RULER's.
+
+    A folder whose name is not a length is ignored (listed) unless it holds task files, which would
+    otherwise be lost: then it is an error.
+    """
     root = resolve_path(data_dir)
     if not root.is_dir():
         raise ValueError(f"bench.data_dir={str(data_dir)!r} is not a folder")
     files: list[TaskFile] = []
     ignored: list[str] = []
     for entry in sorted(p for p in root.iterdir() if not p.name.startswith(".")):
-        if not entry.is_dir():
-            ignored.append(entry.name)
-            continue
-        if not entry.name.isdigit() or int(entry.name) < 1:
+        is_length = re.fullmatch(r"[0-9]+", entry.name) is not None and int(entry.name) > 0
+        found, skipped = _length_folder(entry, int(entry.name) if is_length else 0, root)
+        if found and not is_length:
             raise ValueError(
-                f"bench.data_dir={str(data_dir)!r}: {entry} is not a context-length folder; the layout is "
-                "<data_dir>/<length>/<task>/validation.jsonl or <data_dir>/<length>/<task>.jsonl, "
-                "<length> a positive number of tokens"
+                f"bench.data_dir={str(data_dir)!r}: {entry} holds task files but its name is not a context "
+                f"length; the layout is {LAYOUT}"
             )
-        for item in sorted(p for p in entry.iterdir() if not p.name.startswith(".")):
-            task_file = _task_file(item, int(entry.name))
-            if task_file is None:
-                ignored.append(str(item.relative_to(root)))
-            else:
-                files.append(task_file)
+        if is_length:
+            files += found
+            ignored += skipped
+        else:
+            ignored.append(entry.name)
     duplicates = _duplicates(files)
     if duplicates:
         raise ValueError(f"bench.data_dir={str(data_dir)!r} holds two files for {', '.join(duplicates)}; keep one")
     if not files:
         listed = ", ".join(ignored) if ignored else "nothing"
         raise ValueError(
-            f"bench.data_dir={str(data_dir)!r} holds no RULER task files (found: {listed}); expected "
-            f"<length>/<task>/validation.jsonl or <length>/<task>.jsonl with <task> one of {', '.join(TASK_CONFIGS)}"
+            f"bench.data_dir={str(data_dir)!r} holds no RULER task files (found: {listed}); expected {LAYOUT}, "
+            f"<task> one of {', '.join(TASK_CONFIGS)}"
         )
     return Found(files, ignored)
+
+
+def _length_folder(entry: Path, length: int, root: Path) -> tuple[list[TaskFile], list[str]]:
+    """The task files of one length folder (RULER's own runs nest them in ``data/``) and what else it holds."""
+    if not entry.is_dir():
+        return [], []
+    files: list[TaskFile] = []
+    ignored: list[str] = []
+    items = sorted(p for p in entry.iterdir() if not p.name.startswith("."))
+    nested = entry / "data"
+    if nested.is_dir() and nested.name not in TASK_CONFIGS:
+        items = [p for p in items if p != nested] + sorted(p for p in nested.iterdir() if not p.name.startswith("."))
+    for item in items:
+        task_file = _task_file(item, length)
+        if task_file is None:
+            ignored.append(str(item.relative_to(root)))
+        else:
+            files.append(task_file)
+    return files, ignored
 
 
 def _task_file(item: Path, length: int) -> TaskFile | None:
@@ -124,9 +159,9 @@ def read_samples(
     family_name = task_config(file.task).family
     family = FAMILIES[family_name]
     samples: list[Sample] = []
+    if limit == 0:
+        return samples
     for number, record in iter_jsonl(file.path):
-        if limit is not None and len(samples) >= limit:
-            break
         where = {"benchmark": "RULER", "task": file.task, "where": str(file.path), "line": number}
         check_fields(record, FIELDS, **where)
         outputs = record["outputs"]
@@ -157,4 +192,8 @@ def read_samples(
                 },
             )
         )
+        if limit is not None and len(samples) >= limit:
+            break  # the next line is not even parsed
+    if not samples:
+        raise DataFileError(f"{file.path}: no records (an empty task file would drop the task from the averages)")
     return samples

@@ -43,7 +43,15 @@ class Draft:
         return self.context + self.question + self.answer_prefix
 
 
+Build = Callable[[int], Draft]
+"""A sample's prompt for a haystack of ``n`` units."""
+Count = Callable[[str], int]
+"""Tokens of a text (no special tokens, no chat template)."""
+
+
 class TokenCounter:
+    """Counts a text's tokens as RULER does: plain tokenization, no special tokens, no chat template."""
+
     def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
 
@@ -53,6 +61,8 @@ class TokenCounter:
 
 @dataclass
 class Fit:
+    """A fitted prompt: its size ``n`` in haystack units, the draft, its tokens and the tokens per unit."""
+
     n: int
     draft: Draft
     tokens: int
@@ -186,13 +196,11 @@ class _ExactSearch:
 
 
 class TooShort(Exception):
+    """Nothing fits the budget; ``tokens`` is the smallest prompt tried."""
+
     def __init__(self, tokens: int) -> None:
         super().__init__(tokens)
         self.tokens = tokens
-
-
-Build = Callable[[int], Draft]
-Count = Callable[[str], int]
 
 
 def _tokens(build: Build, count: Count, n: int) -> int:

@@ -83,16 +83,7 @@ def generate(
     try:
         fits = _fit_all(plan, job, num_samples)
     except TooShort as exc:
-        raise ValueError(
-            f"RULER {task} cannot fit in context_length={context_length}: its smallest prompt has "
-            f"{exc.tokens} tokens but the budget is {budget} ({context_length} minus "
-            f"{family.max_new_tokens} tokens reserved for the answer)"
-            + (
-                f"; fit=official never drops below {plan.step} haystack units, bench.fit=exact can"
-                if fit == "official"
-                else ""
-            )
-        ) from None
+        raise _too_short(job, plan, family.max_new_tokens, exc.tokens) from None
     return [_sample(job, plan, fitted, seed, i) for i, fitted in enumerate(fits)]
 
 
@@ -112,11 +103,19 @@ def _sample(job: Job, plan: Plan, fitted: Fit, seed: int, index: int) -> Sample:
 
 
 def _too_short(job: Job, plan: Plan, max_new_tokens: int, tokens: int) -> ValueError:
-    official = f"; fit=official never drops below {plan.step} haystack units, bench.fit=exact can"
+    """The error for a task that does not fit; under the official rule it says whether exact filling would."""
+    hint = ""
+    if job.fit == "official":
+        build, n_min = plan.builder(0, f"{job.seed}/0")
+        try:
+            fit_prompt(build, job.count, job.budget, n_min, plan.n_max)
+            hint = f"; fit=official never drops below {plan.step} haystack units, bench.fit=exact fits"
+        except TooShort:
+            hint = "; bench.fit=exact does not fit either"
     return ValueError(
         f"RULER {job.task} cannot fit in context_length={job.context_length}: its smallest prompt has "
         f"{tokens} tokens but the budget is {job.budget} ({job.context_length} minus {max_new_tokens} tokens "
-        f"reserved for the answer){official if job.fit == 'official' else ''}"
+        f"reserved for the answer){hint}"
     )
 
 

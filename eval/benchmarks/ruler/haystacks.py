@@ -122,20 +122,31 @@ def _punkt_ends(words: tuple[str, ...]) -> tuple[int, ...]:
     return (*(s - 1 for s in starts), len(words) - 1)
 
 
-def essay_with_needles(essay: Essay, n: int, needles: list[str], rng: random.Random) -> tuple[str, list[float]]:
-    """The first ``n`` essay words with ``needles`` at sentence starts of random depths (RULER's placement)."""
+def essay_with_needles(
+    essay: Essay, n: int, needles: list[str], rng: random.Random, official: bool = False
+) -> tuple[str, list[float]]:
+    """The first ``n`` essay words with ``needles`` at sentence starts of random depths (RULER's placement).
+
+    ``official``: join the pieces exactly as the official generator does, empty pieces included (a
+    needle at depth 0 follows a space; two needles at one sentence are two spaces apart), and round
+    ``int(sentences * (depth / 100))`` as it does. The default skips empty pieces (what the micro suite
+    and the training use).
+    """
     chosen = sorted(rng.sample(DEPTHS, len(needles)))
     words, starts = essay_words_and_starts(essay, n)
-    sentence_index = [int(len(starts) * d / 100) for d in chosen]
+    if official:
+        sentence_index = [int(len(starts) * (d / 100)) for d in chosen]
+    else:
+        sentence_index = [int(len(starts) * d / 100) for d in chosen]
     cuts = [starts[k] if k < len(starts) else n for k in sentence_index]
     pieces: list[str] = []
     prev = 0
     for cut, needle in zip(cuts, needles, strict=True):
-        if cut > prev:
+        if cut > prev or official:
             pieces.append(" ".join(words[prev:cut]))
         pieces.append(needle)
         prev = cut
-    if prev < n:
+    if prev < n or official:
         pieces.append(" ".join(words[prev:n]))
     return " ".join(pieces), [d / 100 for d in chosen]
 

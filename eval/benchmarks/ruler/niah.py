@@ -45,13 +45,18 @@ class Niah:
             raise ValueError(f"unknown haystack type {self.type_haystack!r}; allowed: {', '.join(HAYSTACKS)}")
 
         def builder(index: int, seed: str) -> tuple[Build, int]:
-            return niah_builder(self, seed, essay, job.words), n_min
+            return niah_builder(self, seed, essay, job.words, official=job.fit == "official"), n_min
 
         return Plan(label, builder, n_max=4 * job.budget + 16, step=step, probe=step)
 
 
-def niah_builder(cfg: Niah, seed: str, essay: Essay | None, words: Vocabulary | None = None) -> Build:
-    """``build(n)`` for one sample: the needles hidden in ``n`` essay words, noise lines or distractor needles."""
+def niah_builder(
+    cfg: Niah, seed: str, essay: Essay | None, words: Vocabulary | None = None, official: bool = False
+) -> Build:
+    """``build(n)`` for one sample: the needles hidden in ``n`` essay words, noise lines or distractor needles.
+
+    ``official``: essay pieces joined as the official generator joins them (see :func:`essay_with_needles`).
+    """
     family = FAMILIES["niah"]
     num_k = max(cfg.num_needle_k, cfg.num_needle_q)
     template, answer_prefix, type_v = family.template, family.answer_prefix, cfg.type_needle_v
@@ -86,7 +91,7 @@ def niah_builder(cfg: Niah, seed: str, essay: Essay | None, words: Vocabulary | 
         depths: list[float]
         if cfg.type_haystack == "essay":
             assert essay is not None
-            haystack, depths = essay_with_needles(essay, n, needles, rng)
+            haystack, depths = essay_with_needles(essay, n, needles, rng, official)
         else:
             haystack, depths = lines_with_needles(_lines(cfg, n, keys, rng, words), needles, rng)
         fields = {"type_needle_v": type_v, "query": query}

@@ -22,14 +22,14 @@ class VariableTracking:
 
     num_chains: int = 1
     num_hops: int = 4
-    type_haystack: str = "noise"
     icl_tokens: int = 500  # RULER fits its in-context example to 500 tokens
     family: str = "variable_tracking"
 
     def plan(self, job: Job) -> Plan:
-        """Noise lines (official step 10, 5 below 4,096 tokens). The example gets 500 tokens, or half
-        the budget when that is smaller (contexts under about 1k tokens, where RULER cannot fit vt)."""
-        example = vt_example(self, job.seed, job.count, min(self.icl_tokens, job.budget // 2), job.fit)
+        """Noise lines (official step 10, 5 below 4,096 tokens). The example gets 500 tokens; with
+        ``fit=exact``, half the budget when that is smaller (so that vt fits under about 1k tokens)."""
+        icl = self.icl_tokens if job.fit == "official" else min(self.icl_tokens, job.budget // 2)
+        example = vt_example(self, job.seed, job.count, icl, job.fit)
         n_min = (self.num_hops + 1) * self.num_chains
 
         def builder(index: int, seed: str) -> tuple[Build, int]:
@@ -125,7 +125,7 @@ def vt_builder(cfg: VariableTracking, seed: str, example: Callable[[random.Rando
         context, depths = _vt_render(chains, rng, n)
         fields = {"query": value, "num_v": cfg.num_hops + 1}
         return Draft(
-            context=icl + "\n" + head + context,
+            context=(icl + "\n" if icl else "") + head + context,
             question=tail.format(**fields),
             answer_prefix=family.answer_prefix.format(**fields),
             references=list(all_vars[0]),

@@ -96,7 +96,10 @@ def english_words(path: str | None = None) -> tuple[str, ...]:
         with open(path, encoding="utf-8") as f:
             loaded: Any = json.load(f)
     except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"bench.english_words={path!r} is not a readable JSON file: {exc}") from None
+        raise ValueError(
+            f"bench.english_words={path!r} is not a readable JSON file ({exc}); "
+            "`python scripts/download_data.py ruler_words` fetches RULER's, or bench.english_words=null"
+        ) from None
     if not isinstance(loaded, dict) or not all(isinstance(w, str) for w in loaded.values()):
         raise ValueError(f"bench.english_words={path!r} must be a JSON object of words (RULER's english_words.json)")
     return tuple(loaded.values())
