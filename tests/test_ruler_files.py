@@ -230,3 +230,16 @@ def test_reading_files_needs_no_essay_and_no_punkt(tmp_path: Path) -> None:
         tasks=["vt"], lengths=None, samples=None, data_dir=str(root), haystack="data/missing-essays", sentences="punkt"
     )
     assert [s.task for s in bench.load_samples(None)] == ["vt", "vt"]  # type: ignore[arg-type]
+
+
+def test_files_with_a_model_template_are_fed_as_given_and_never_wrapped_twice(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    record = vt_record()
+    record["input"] = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n" + record["input"]
+    write(root / "512" / "vt.jsonl", [record])
+    bench = RulerBenchmark(tasks=["vt"], lengths=None, samples=None, data_dir=str(root))
+    (sample,) = bench.load_samples(None)  # type: ignore[arg-type]
+    assert not sample.chat_template and bench.source["files"]["templated"] == ["vt@512"]
+    wrapped = RulerBenchmark(tasks=["vt"], lengths=None, samples=None, data_dir=str(root), chat_template=True)
+    with pytest.raises(ValueError, match="second chat template"):
+        wrapped.load_samples(None)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eval.benchmarks.haystack import check_haystack
-from eval.benchmarks.ruler.files import Found, find_files, read_samples
+from eval.benchmarks.ruler.files import Found, find_files, read_samples, templated
 from eval.benchmarks.ruler.generator import generate
 from eval.benchmarks.ruler.haystacks import resolve_splitter
 from eval.benchmarks.ruler.plan import FITS, RulerData
@@ -157,6 +157,9 @@ class RulerBenchmark:
                     continue
                 read = read_samples(task_file, self.samples, self.max_new_tokens, self.answer_prefix, chat)
                 self.source["files"]["records"][f"{task}@{length}"] = len(read)
+                if templated(read[0]):
+                    self._check_templated(task_file.path)
+                    self.source["files"]["templated"].append(f"{task}@{length}")
                 samples += read
         return samples
 
@@ -167,7 +170,15 @@ class RulerBenchmark:
             "read": {str(n): [t for t in self.tasks if t in found.lengths().get(n, [])] for n in lengths},
             "ignored": found.ignored,
             "records": {},  # task@length -> records read (bench.samples caps it)
+            "templated": [],  # task@length whose prompts carry a model template already
         }
+
+    def _check_templated(self, path: Path) -> None:
+        if self.chat_template:
+            raise ValueError(
+                f"bench.chat_template=true would wrap {path} in a second chat template: its prompts carry one "
+                "already (prepare.py --model_template_type); use bench.chat_template=null or false"
+            )
 
     def score(self, sample: Sample, prediction: str) -> float:
         return score_metric(sample.metric, prediction, sample.references)

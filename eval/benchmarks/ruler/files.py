@@ -144,6 +144,17 @@ def _duplicates(files: list[TaskFile]) -> list[str]:
     return twice
 
 
+TEMPLATE_STARTS = (
+    "<|begin_of_text|>", "[INST]", "<|user|>", "<BOS_TOKEN>", "<|im_start|>", "[gMASK]", "<|startoftext|>",
+)  # fmt: skip
+"""How prompts wrapped in a model template by ``prepare.py --model_template_type`` begin."""
+
+
+def templated(sample: Sample) -> bool:
+    """Whether the file's prompt already carries a model's chat template (``prepare.py`` added it)."""
+    return sample.context.lstrip().startswith(TEMPLATE_STARTS)
+
+
 FIELDS = {
     "input": Field((str,), "the prompt text"),
     "outputs": Field((list,), "a list of answer strings"),
