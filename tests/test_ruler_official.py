@@ -140,3 +140,13 @@ def test_too_short_says_whether_exact_filling_would_fit(tokenizer) -> None:
         generate("niah_single_2", tokenizer, 600, 1, seed=0)
     with pytest.raises(ValueError, match=r"bench\.fit=exact does not fit either"):
         generate("cwe", tokenizer, 512, 1, seed=0)
+
+
+def test_only_frequent_words_keep_their_content_when_stepping_down(tokenizer) -> None:
+    """The official generator re-draws an overflowing sample, except fwe, which keeps its vocabulary."""
+    job = ruler.Job(
+        task="fwe", context_length=2048, budget=1998, seed="s", count=ruler.TokenCounter(tokenizer),
+        data=ruler.RulerData(), words=vocabulary("wonderwords"), sentences="rules", fit="official",
+    )  # fmt: skip
+    assert ruler.TASK_CONFIGS["fwe"].plan(job).redraw is False
+    assert all(ruler.TASK_CONFIGS[t].plan(job).redraw for t in ("niah_single_1", "vt", "cwe"))

@@ -37,6 +37,7 @@ class FreqWords:
             step=step,
             probe=step,
             ramp_start=job.budget // self.coded_wordlen,
+            redraw=False,  # the official generator keeps a sample's vocabulary and only shrinks the count
         )
 
 

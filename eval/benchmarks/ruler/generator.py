@@ -141,6 +141,6 @@ def _attempts(plan: Plan, index: int, seed: str, first: Build) -> Callable[[int]
     """Sample ``index``'s builder per attempt: its own seed first, then ``<seed>/retry<k>``."""
 
     def builds(attempt: int) -> Build:
-        return first if attempt == 0 else plan.builder(index, f"{seed}/retry{attempt}")[0]
+        return first if attempt == 0 or not plan.redraw else plan.builder(index, f"{seed}/retry{attempt}")[0]
 
     return builds

@@ -78,7 +78,8 @@ class Plan:
     prompt when set: vt's probe leaves its solved example out, as the official generator does);
     ``upper_factor`` scales the bound.
     ``ramp_start``: set where the official generator grows the size from a guess instead of searching
-    (frequent words).
+    (frequent words). ``redraw``: whether a sample that overflows draws new content with its smaller
+    size (the official generator re-draws, except for frequent words, whose vocabulary stays).
     """
 
     haystack: str
@@ -88,4 +89,5 @@ class Plan:
     probe: int
     upper_factor: float = 3.0
     probe_builder: Builder | None = None
+    redraw: bool = True
     ramp_start: int | None = None
