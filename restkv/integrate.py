@@ -16,12 +16,24 @@ ids, and our own decoding loops must too.
 
 What cannot be done correctly is refused rather than answered wrongly: a prefill from a second
 thread while another thread's prefill is in flight (captured queries and the record are per
-compressor, not per call), and NaN or inf in a layer's keys or values (every score would be NaN).
+compressor, not per call), NaN or inf in a layer's keys or values (every score would be NaN),
+and a prefill that should have evicted (a prompt longer than the budget, from an empty cache) but
+left a layer unevicted because the hooks did not fire or did not find the cache (a transformers
+release that calls attention or passes the cache differently): that raises naming the model
+class, the transformers version and what was expected, instead of answering with the full cache.
+
+Supported transformers: `SUPPORTED_TRANSFORMERS`. Releases before 5.24 call the cache argument
+``past_key_values``, later ones ``cache``: the hook reads the attention modules' name from their
+signature, and importing restkv gives the supported classes ``cache=`` and outputs ``.cache``
+where they lack them (`restkv.cache.support_cache_keyword`). On 5.2 ``model(ids, cache=cache)``
+was otherwise swallowed by ``**kwargs``: the model filled a cache of its own while the hook read
+the caller's empty one and evicted nothing, silently.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import threading
 import time
@@ -31,11 +43,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import transformers
 from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from restkv.cache import CompressedLayer
+from restkv.cache import (
+    CACHE_KEYWORDS,
+    CompressedLayer,
+    cache_keyword,
+    forward_inputs,
+    passed_cache,
+    support_cache_keyword,
+)
 from restkv.checks import check_choice
 from restkv.decode import can_use_decode_attention, decode_attention
 from restkv.devices import synchronize
@@ -49,6 +69,8 @@ SUPPORTED_MODELS = (
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
 )
+SUPPORTED_TRANSFORMERS = ">=5.2,<6"
+"""The transformers releases restkv supports (pyproject's pin; CI tests the oldest 5.2.x and the newest)."""
 SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
 DECODE_KERNELS = ("model", "gemm")
 """``model``: decode steps use the model's attention function (bit-identical to running without
@@ -57,6 +79,9 @@ two GEMMs per key/value head, which reads the cache at memory bandwidth)."""
 
 _ACTIVE: weakref.WeakKeyDictionary[nn.Module, KVCompressor] = weakref.WeakKeyDictionary()
 _INSTALLED: dict[str, tuple[int, Any]] = {}  # implementation -> (users, previous local entry)
+
+
+support_cache_keyword(SUPPORTED_MODELS)
 
 
 def _original_attention(module: nn.Module, implementation: str) -> Callable[..., Any]:
@@ -236,6 +261,15 @@ class KVCompressor:
                 f"attention implementation {self.implementation!r} is not supported; "
                 f"supported: {', '.join(SUPPORTED_ATTENTION)}"
             )
+        attention = type(self.layers[0])
+        self._cache_keyword = cache_keyword(attention.forward)
+        if self._cache_keyword is None:
+            raise NotImplementedError(
+                f"{attention.__name__}.forward takes the cache neither as {' nor as '.join(CACHE_KEYWORDS)} on "
+                f"transformers {transformers.__version__}: restkv cannot find the cache it must evict "
+                f"(supported: transformers{SUPPORTED_TRANSFORMERS})"
+            )
+        self._model_forward = inspect.signature(model.base_model.forward)
         self.record = PrefillRecord()
         self.active = True
         self._captured: dict[int, tuple[torch.Tensor, int]] = {}
@@ -243,6 +277,7 @@ class KVCompressor:
         self._hooks: list[Any] = []
         self._lock = threading.Lock()
         self._owner: threading.Thread | None = None  # the thread whose prefill is in flight
+        self._forward = threading.local()  # per thread: what its forward in flight must evict, what it evicted
 
     # -- context management ------------------------------------------------------------------------
 
@@ -256,6 +291,10 @@ class KVCompressor:
             self._hooks.append(module.register_forward_hook(self._after_attention, with_kwargs=True))
         # Runs also when the forward raises (an Exception), so that a failed prefill releases the compressor.
         self._hooks.append(self.model.register_forward_hook(self._after_forward, always_call=True))
+        # On the module that runs the layers (the model's base model), so that calling it directly is checked too.
+        base = self.model.base_model
+        self._hooks.append(base.register_forward_pre_hook(self._before_layers, with_kwargs=True))
+        self._hooks.append(base.register_forward_hook(self._after_layers, always_call=True))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -322,6 +361,54 @@ class KVCompressor:
     def _after_forward(self, module: nn.Module, args: tuple, output: Any) -> None:
         self._end_prefill()
 
+    # -- no silent no-op: a prefill that should evict must have evicted every layer ---------------------
+
+    def _prefill_to_evict(self, args: tuple, kwargs: dict) -> int | None:
+        """The prompt length of a forward that must evict (from an empty cache, longer than the budget), else None.
+
+        Read from the forward's own arguments, not from what the hooks saw, so that hooks that never
+        fire cannot hide it.
+        """
+        if not (self.active and self.policy.evicts):
+            return None
+        tokens, cache = forward_inputs(self._model_forward, args, kwargs)
+        appends = cache is not None and (not isinstance(cache, Cache) or cache.get_seq_length() > 0)
+        # unreadable arguments, a decoding step, a question appended after eviction, a prompt within the budget
+        return None if tokens is None or appends or self.budget.tokens(tokens) >= tokens else tokens
+
+    def _before_layers(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        self._forward.prompt = self._prefill_to_evict(args, kwargs)
+        self._forward.evicted = set()
+        self._forward.use_cache = kwargs.get("use_cache")
+
+    def _after_layers(self, module: nn.Module, args: tuple, output: Any) -> None:
+        prompt, self._forward.prompt = getattr(self._forward, "prompt", None), None
+        if prompt is None or output is None:  # nothing to evict, or the forward raised: its error stands
+            return
+        evicted = self._forward.evicted
+        if len(evicted) < len(self.layers):
+            raise RuntimeError(self._not_evicted_message(prompt, evicted))
+
+    def _not_evicted_message(self, prompt: int, evicted: set[int]) -> str:
+        layers = len(self.layers)
+        if evicted:
+            missed = [layer for layer in range(layers) if layer not in evicted]
+            what = f"layers {', '.join(map(str, missed))} of {layers} were not evicted (layers {sorted(evicted)} were)"
+        else:
+            what = f"none of its {layers} attention layers was evicted"
+        no_cache = " or the forward ran without a cache (use_cache=False)" if self._forward.use_cache is False else ""
+        return (
+            f"compress() did not evict a prefill it should have: {type(self.model).__name__} on transformers "
+            f"{transformers.__version__} prefilled {prompt} tokens from an empty cache under "
+            f"{type(self.policy).__name__} with budget {self.budget} ({self.budget.tokens(prompt)} tokens per layer "
+            f"expected), but {what}, so the cache holds the whole prompt and the outputs are not those of eviction. "
+            f"The eviction hooks did not see this forward's attention or its cache (restkv captures the queries in "
+            f"the attention function registered for {self.implementation!r} in transformers' AttentionInterface and "
+            f"evicts in a forward hook on each attention module, which must receive the cache as "
+            f"{self._cache_keyword}=){no_cache}. This transformers release may call attention or pass the cache "
+            f"differently: restkv supports transformers{SUPPORTED_TRANSFORMERS} with {', '.join(SUPPORTED_MODELS)}"
+        )
+
     def _capture(self, module: nn.Module, query: torch.Tensor) -> None:
         if not self.active:
             return
@@ -350,7 +437,7 @@ class KVCompressor:
 
     def _evict_layer(self, module: nn.Module, kwargs: dict) -> None:
         captured = self._captured.pop(module.layer_idx, None)
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        cache = passed_cache(module, kwargs, self._cache_keyword)
         if captured is None or not isinstance(cache, Cache):
             return
         queries, length = captured
@@ -391,6 +478,9 @@ class KVCompressor:
         )
         indices = self.policy.select(inputs, self.budget)
         self.record.indices.append(indices)
+        evicted = getattr(self._forward, "evicted", None)
+        if evicted is not None:
+            evicted.add(layer)
         if indices is None:
             self.record.kept.append(keys.shape[2])
             if self.decode_reserve > 0:  # the full cache gets the same preallocated decode room
