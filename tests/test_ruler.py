@@ -20,7 +20,7 @@ from eval.benchmarks.base import Sample
 from eval.benchmarks.ruler import TASKS, RulerData
 from eval.benchmarks.ruler import generate as generate_default
 
-generate = functools.partial(generate_default, fit="exact")
+generate = functools.partial(generate_default, fit="exact", words="bundled")
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ruler"
 DATA = RulerData(squad=FIXTURES / "squad.json", hotpotqa=FIXTURES / "hotpotqa.json", hub=False)
@@ -72,6 +72,14 @@ def test_length_and_answers(tokenizer, task: str, length: int) -> None:
         assert sample.meta["seed"] == 1
         assert sample.references and all(sample.references)
         assert sample.question.strip() and sample.context.strip()
+        check_answers(task, sample)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_default_generator_fits_and_places_answers(tokenizer, task: str) -> None:
+    """The official fit and wonderwords keys: never over the budget, answers where the question says."""
+    for sample in generate_default(task, tokenizer, 2048, 2, seed=1, data=DATA):
+        assert count(tokenizer, prompt(sample)) == sample.meta["prompt_tokens"] <= 2048 - EXPECTED[family(task)][0]
         check_answers(task, sample)
 
 

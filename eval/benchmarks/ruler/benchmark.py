@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +96,8 @@ class RulerBenchmark:
         data = RulerData(self.haystack, self.squad, self.hotpotqa, self.hub, self.english_words)
         sentences = resolve_splitter(self.sentences)
         self.source = {"generated": {"fit": self.fit, "words": self.words, "sentences": sentences}}
+        if self.words == "wonderwords":  # its lists change between releases (3.0 dropped four nouns)
+            self.source["generated"]["wonderwords"] = importlib.metadata.version("wonderwords")
         chat = True if self.chat_template is None else self.chat_template
         samples: list[Sample] = []
         for task in self.tasks:
