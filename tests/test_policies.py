@@ -26,7 +26,7 @@ def inputs(length: int = 64, heads: int = 4, kv_heads: int = 2, d: int = 8, quer
 
 
 def test_registry_knows_every_policy() -> None:
-    assert policy_names() == ["full", "h2o", "pyramidkv", "random", "restkv", "snapkv", "streamingllm"]
+    assert policy_names() == ["full", "h2o", "kvpress", "pyramidkv", "random", "restkv", "snapkv", "streamingllm"]
     assert get_policy("restkv", alpha=0.5).alpha == 0.5
 
 

@@ -72,6 +72,8 @@ def _readme_rows() -> dict[str, tuple[str, dict[str, str]]]:
 
 
 def _parse(text: str) -> object:
+    if text == "null":  # a knob left to another default (the kvpress press's own)
+        return None
     if text in ("true", "false"):
         return text == "true"
     try:
