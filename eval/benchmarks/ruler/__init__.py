@@ -30,8 +30,10 @@ Deliberate differences from the official generator (``fit=official``, ``words=wo
 * Keys are distinct within a sample and distractor needles never reuse a real key (RULER leaves such
   collisions to chance). Keys draw adjective and noun independently, which equals RULER's draw from
   the sorted list of all pairs.
-* ``vt``'s example gets 500 tokens as in RULER, or half the budget when that is smaller (contexts
-  under about 1k tokens, where RULER's generator cannot fit ``vt``); its 500 tokens include its answer.
+* ``vt``'s example gets 500 tokens as in RULER, its answer included (with ``fit=exact``, half the
+  budget when that is smaller, so that ``vt`` fits under about 1k tokens).
+* The official search's upper bound for ``cwe`` is ``int(2 * length / tokens_per_word)`` (RULER rounds
+  before doubling); it only changes which sizes the bisection probes.
 * Essay sentences: punkt when NLTK and its data are installed, else a rule-based splitter (the run's
   ``metrics.json`` says which ran), split once over the whole essay.
 * Long ``cwe`` prompts need more words than ``wonderwords`` holds: RULER's ``english_words.json``
