@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from eval.benchmarks.haystack import check_haystack
 from eval.benchmarks.ruler.files import Found, find_files, read_samples, templated
-from eval.benchmarks.ruler.generator import generate
-from eval.benchmarks.ruler.haystacks import resolve_splitter
-from eval.benchmarks.ruler.plan import FITS, RulerData
+from eval.benchmarks.ruler.generator import check_settings, generate
+from eval.benchmarks.ruler.plan import RulerData
 from eval.benchmarks.ruler.tasks import OFFLINE_TASKS, task_config
-from eval.benchmarks.ruler.words import VOCABULARIES, vocabulary
+from eval.benchmarks.ruler.words import vocabulary
 from eval.metrics import score as score_metric
 from eval.sample import Sample
 
@@ -80,10 +79,7 @@ class RulerBenchmark:
                 "only applies to files read from bench.data_dir; give the lengths and sample count to generate"
             )
         check_grid(self.lengths, self.samples)
-        for knob, value, allowed in (("fit", self.fit, FITS), ("words", self.words, VOCABULARIES)):
-            if value not in allowed:
-                raise ValueError(f"bench.{knob}={value!r} is not allowed; allowed: {', '.join(allowed)}")
-        resolve_splitter(self.sentences)  # raises for an unknown splitter or punkt asked for but missing
+        check_settings(self.fit, self.words, self.sentences)  # also refuses punkt asked for but missing
         check_haystack(self.haystack)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
@@ -94,7 +90,7 @@ class RulerBenchmark:
     def _generate(self, tokenizer: PreTrainedTokenizerBase) -> list[Sample]:
         assert self.lengths is not None and self.samples is not None
         data = RulerData(self.haystack, self.squad, self.hotpotqa, self.hub, self.english_words)
-        sentences = resolve_splitter(self.sentences)
+        sentences = check_settings(self.fit, self.words, self.sentences)
         self.source = {"generated": {"fit": self.fit, "words": self.words, "sentences": sentences}}
         if self.words == "wonderwords":  # its lists change between releases (3.0 dropped four nouns)
             self.source["generated"]["wonderwords"] = importlib.metadata.version("wonderwords")
@@ -148,7 +144,7 @@ class RulerBenchmark:
                 f"which holds {', '.join(map(str, available))} (bench.lengths=null reads every length)"
             )
         print(f"RULER files in {self.data_dir}: {found.summary()}", file=sys.stderr)
-        self.source = {"files": self._files_source(found, lengths)}
+        self.source = {"files": self._files_source(found, available, lengths)}
         chat = False if self.chat_template is None else self.chat_template
         by_key = {(f.task, f.length): f for f in found.files}
         samples: list[Sample] = []
@@ -166,11 +162,11 @@ class RulerBenchmark:
                 samples += read
         return samples
 
-    def _files_source(self, found: Found, lengths: list[int]) -> dict[str, Any]:
+    def _files_source(self, found: Found, available: dict[int, list[str]], lengths: list[int]) -> dict[str, Any]:
         return {
             "data_dir": str(self.data_dir),
-            "found": {str(n): tasks for n, tasks in found.lengths().items()},
-            "read": {str(n): [t for t in self.tasks if t in found.lengths().get(n, [])] for n in lengths},
+            "found": {str(n): tasks for n, tasks in available.items()},
+            "read": {str(n): [t for t in self.tasks if t in available.get(n, [])] for n in lengths},
             "ignored": found.ignored,
             "records": {},  # task@length -> records read (bench.samples caps it)
             "templated": [],  # task@length whose prompts carry a model template already

@@ -27,11 +27,19 @@ from eval.benchmarks.ruler.haystacks import resolve_splitter
 from eval.benchmarks.ruler.plan import FITS, Job, Plan, RulerData
 from eval.benchmarks.ruler.tasks import task_config
 from eval.benchmarks.ruler.templates import FAMILIES
-from eval.benchmarks.ruler.words import vocabulary
+from eval.benchmarks.ruler.words import VOCABULARIES, vocabulary
 from eval.sample import Sample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+
+def check_settings(fit: str, words: str, sentences: str) -> str:
+    """Refuse an unknown ``fit``, ``words`` or ``sentences`` (naming what is allowed); the splitter that will run."""
+    for knob, value, allowed in (("fit", fit, FITS), ("words", words, VOCABULARIES)):
+        if value not in allowed:
+            raise ValueError(f"bench.{knob}={value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return resolve_splitter(sentences)
 
 
 def official_start(plan: Plan, job: Job) -> int:
@@ -39,7 +47,7 @@ def official_start(plan: Plan, job: Job) -> int:
     build, _ = plan.builder(0, f"{job.seed}/search")
     if plan.ramp_start is not None:
         return ramp_size(build, job.count, job.budget, plan.ramp_start, plan.step)
-    probe, _ = (plan.probe_builder or plan.builder)(0, f"{job.seed}/search")
+    probe = build if plan.probe_builder is None else plan.probe_builder(0, f"{job.seed}/search")[0]
     per_unit = job.count(probe(plan.probe).prompt) / plan.probe
     return search_size(build, job.count, job.budget, plan.step, per_unit, job.context_length, plan.upper_factor)
 
@@ -62,8 +70,7 @@ def generate(
     splitter, ``"auto"`` | ``"punkt"`` | ``"rules"`` (see :mod:`.haystacks`).
     """
     cfg = task_config(task)
-    if fit not in FITS:
-        raise ValueError(f"bench.fit={fit!r} is not a fitting rule; allowed: {', '.join(FITS)}")
+    splitter = check_settings(fit, words, sentences)
     family = FAMILIES[cfg.family]
     budget = context_length - family.max_new_tokens
     if budget <= 0:
@@ -76,7 +83,7 @@ def generate(
         count=TokenCounter(tokenizer),
         data=data or RulerData(),
         words=vocabulary(words),
-        sentences=resolve_splitter(sentences),
+        sentences=splitter,
         fit=fit,
     )
     plan = cfg.plan(job)
