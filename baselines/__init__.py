@@ -8,8 +8,10 @@ point).
 import importlib
 import pkgutil
 
+from baselines.adakv import AdaKV
 from baselines.full import FullCache
 from baselines.h2o import H2O
+from baselines.headkv import HeadKV
 from baselines.pyramidkv import PyramidKV
 from baselines.random import RandomEviction
 from baselines.snapkv import SnapKV
@@ -18,4 +20,4 @@ from baselines.streamingllm import StreamingLLM
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["H2O", "FullCache", "PyramidKV", "RandomEviction", "SnapKV", "StreamingLLM"]
+__all__ = ["H2O", "AdaKV", "FullCache", "HeadKV", "PyramidKV", "RandomEviction", "SnapKV", "StreamingLLM"]

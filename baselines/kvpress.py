@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -179,6 +179,8 @@ class KVPressPolicy(Policy):
     blending: float | None = None
     lag_size: int | None = None
     cross_scoring: bool | None = None
+
+    allows_allocation: ClassVar[bool] = False  # the press selects per key/value head itself (see `select`)
 
     def __post_init__(self) -> None:
         if self.press not in SUPPORTED:

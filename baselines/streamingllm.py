@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -25,6 +26,8 @@ class StreamingLLM(Policy):
 
     variant: str = "sinks"
     sinks: int = 4
+
+    allows_allocation: ClassVar[bool] = False  # every head has the same scores
 
     def validate(self) -> None:
         super().validate()

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,22 +45,23 @@ import torch
 import transformers
 from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from restkv.allocation import HeadSelection
+from restkv.attention import ACTIVE, install, uninstall
 from restkv.cache import (
     CACHE_KEYWORDS,
-    CompressedLayer,
     cache_keyword,
     forward_inputs,
     passed_cache,
     support_cache_keyword,
 )
 from restkv.checks import check_choice
-from restkv.decode import can_use_decode_attention, decode_attention
 from restkv.devices import synchronize
+from restkv.layouts import LAYOUTS, LayerSize, layer_size, store
 from restkv.policy import LayerInputs, Policy
 from restkv.scoring import output_gram
-from restkv.select import Budget, gather_positions
+from restkv.select import Budget
+from restkv.varlen import VARLEN_KERNELS
 
 SUPPORTED_MODELS = (
     "LlamaForCausalLM",
@@ -77,85 +77,7 @@ DECODE_KERNELS = ("model", "gemm")
 compression); ``gemm``: on CPU, `restkv.decode.decode_attention` (the same attention, computed as
 two GEMMs per key/value head, which reads the cache at memory bandwidth)."""
 
-_ACTIVE: weakref.WeakKeyDictionary[nn.Module, KVCompressor] = weakref.WeakKeyDictionary()
-_INSTALLED: dict[str, tuple[int, Any]] = {}  # implementation -> (users, previous local entry)
-
-
 support_cache_keyword(SUPPORTED_MODELS)
-
-
-def _original_attention(module: nn.Module, implementation: str) -> Callable[..., Any]:
-    if implementation == "eager":
-        return sys.modules[type(module).__module__].eager_attention_forward
-    return ALL_ATTENTION_FUNCTIONS._global_mapping[implementation]
-
-
-def _mask_for_layer(mask: torch.Tensor, kv_length: int, q_length: int) -> torch.Tensor:
-    """The attention mask for a layer whose cache length differs from layer 0's.
-
-    The model builds one mask from layer 0's cache; after eviction with a per-layer schedule
-    (PyramidKV) the other layers hold fewer or more tokens. Every kept token is visible (batch 1,
-    no padding) and the new tokens, the last ``q_length`` columns in every layer, keep the
-    model's own mask among themselves.
-    """
-    if mask.shape[-1] == kv_length:
-        return mask
-    new = mask[..., -q_length:]
-    visible = torch.ones if mask.dtype == torch.bool else torch.zeros
-    past = visible((*new.shape[:-1], kv_length - q_length), dtype=mask.dtype, device=mask.device)
-    return torch.cat([past, new], dim=-1)
-
-
-def _capturing_attention(implementation: str, previous: Callable[..., Any] | None) -> Callable[..., Any]:
-    """An attention function that records prefill queries for modules under compression.
-
-    It then calls what would have run without it: a locally registered override if there was
-    one, else the implementation's own function.
-    """
-
-    def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args, **kwargs):
-        compressor = _ACTIVE.get(module)
-        if compressor is not None and query.shape[2] > 1:
-            compressor._capture(module, query)
-        if compressor is not None and args and torch.is_tensor(args[0]) and args[0].dim() == 4:
-            args = (_mask_for_layer(args[0], key.shape[2], query.shape[2]), *args[1:])
-        if (
-            compressor is not None
-            and compressor.decode_kernel == "gemm"
-            and can_use_decode_attention(module, query, kwargs)
-        ):
-            return decode_attention(module, query, key, value, *args, **kwargs)
-        original = previous or _original_attention(module, implementation)
-        groups = getattr(module, "num_key_value_groups", 1)
-        if key.shape[1] == query.shape[1] and groups > 1:  # cache holds per-query-head selections
-            module.num_key_value_groups = 1
-            try:
-                return original(module, query, key, value, *args, **kwargs)
-            finally:
-                module.num_key_value_groups = groups
-        return original(module, query, key, value, *args, **kwargs)
-
-    return attention
-
-
-def _install(implementation: str) -> None:
-    users, previous = _INSTALLED.get(implementation, (0, None))
-    if users == 0:
-        previous = ALL_ATTENTION_FUNCTIONS._local_mapping.get(implementation)
-        ALL_ATTENTION_FUNCTIONS[implementation] = _capturing_attention(implementation, previous)
-    _INSTALLED[implementation] = (users + 1, previous)
-
-
-def _uninstall(implementation: str) -> None:
-    users, previous = _INSTALLED[implementation]
-    if users > 1:
-        _INSTALLED[implementation] = (users - 1, previous)
-        return
-    del _INSTALLED[implementation]
-    if previous is None:
-        del ALL_ATTENTION_FUNCTIONS[implementation]
-    else:
-        ALL_ATTENTION_FUNCTIONS[implementation] = previous
 
 
 def _check_finite(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -197,14 +119,29 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
 class PrefillRecord:
     """What the last prefill under compression did.
 
-    ``kept`` is the token count per layer; ``indices`` the kept positions per layer
-    (``[b, heads, kept]``, None where the layer was not compressed).
+    Per layer: ``kept``, the tokens each head keeps (the mean over heads, rounded to 2 decimals,
+    where heads keep different numbers); ``head_lengths``, each stored head's count under a
+    head-wise allocation (None where all heads keep ``kept``); ``indices``, the kept positions
+    (``[b, heads, kept]``, a `restkv.allocation.HeadSelection` for head-wise ones, None where the
+    layer was not compressed); ``sizes``, the cache's logical and allocated size after eviction
+    (`restkv.layouts.LayerSize`, decode reserve included in the allocated bytes).
     """
 
     prompt_length: int = 0
-    kept: list[int] = field(default_factory=list)
-    indices: list[torch.Tensor | None] = field(default_factory=list)
+    kept: list[int | float] = field(default_factory=list)
+    head_lengths: list[list[int] | None] = field(default_factory=list)
+    indices: list[torch.Tensor | HeadSelection | None] = field(default_factory=list)
+    sizes: list[LayerSize] = field(default_factory=list)
     eviction_seconds: float = 0.0
+
+    def size_summary(self) -> dict[str, Any]:
+        """Totals over layers and the per-layer sizes, for result files."""
+        return {
+            "head_tokens": sum(s.head_tokens for s in self.sizes),
+            "logical_bytes": sum(s.logical_bytes for s in self.sizes),
+            "allocated_bytes": sum(s.allocated_bytes for s in self.sizes),
+            "per_layer": [s.as_dict() for s in self.sizes],
+        }
 
 
 class KVCompressor:
@@ -222,6 +159,14 @@ class KVCompressor:
     layer's eviction, so that ``record.eviction_seconds`` is the device time of eviction alone
     (two synchronisations per layer on a GPU: for measurements, not for throughput).
     ``record`` holds what the last prefill kept and how long its eviction took.
+
+    ``layout`` (see `restkv.layouts.LAYOUTS`) stores what is kept: ``auto`` keeps dense layers when
+    every head keeps the same number of tokens and a variable-length layer (memory: the sum of what
+    the heads keep) under a head-wise allocation; ``varlen`` uses variable-length layers for every
+    evicted layer; ``masked`` keeps the full-length cache and masks evicted positions per head
+    (eager and sdpa only). ``varlen_kernel`` (`restkv.varlen.VARLEN_KERNELS`) computes attention
+    over variable-length layers. Head-wise layers are read by this compressor's attention function
+    only: decode them inside the ``with`` block (outside it they refuse to be updated).
 
     One prefill at a time: the queries captured between a layer's attention and its eviction, and
     ``record``, belong to the compressor, so a prefill started from a second thread while another
@@ -241,6 +186,8 @@ class KVCompressor:
         decode_reserve: int = 0,
         decode_kernel: str = "model",
         timed: bool = False,
+        layout: str = "auto",
+        varlen_kernel: str = "auto",
     ) -> None:
         self.model = model
         self.policy = policy
@@ -254,6 +201,9 @@ class KVCompressor:
         self.timed = timed
         check_choice("compress", "decode_kernel", decode_kernel, DECODE_KERNELS)
         self.decode_kernel = decode_kernel
+        check_choice("compress", "layout", layout, LAYOUTS)
+        check_choice("compress", "varlen_kernel", varlen_kernel, VARLEN_KERNELS)
+        self.layout, self.varlen_kernel = layout, varlen_kernel
         self.layers = attention_layers(model)
         self.implementation = model.config._attn_implementation
         if self.implementation not in SUPPORTED_ATTENTION:
@@ -261,6 +211,12 @@ class KVCompressor:
                 f"attention implementation {self.implementation!r} is not supported; "
                 f"supported: {', '.join(SUPPORTED_ATTENTION)}"
             )
+        if layout == "masked" and self.implementation not in ("eager", "sdpa"):
+            raise ValueError(
+                f"layout='masked' needs a masked attention kernel (eager or sdpa); the model runs "
+                f"{self.implementation!r}. Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
+            )
+        self._entered = False
         attention = type(self.layers[0])
         self._cache_keyword = cache_keyword(attention.forward)
         if self._cache_keyword is None:
@@ -282,12 +238,14 @@ class KVCompressor:
     # -- context management ------------------------------------------------------------------------
 
     def __enter__(self) -> KVCompressor:
+        if self._entered:
+            raise RuntimeError("this compressor is already active; nested compression is not supported")
         for module in self.layers:
-            if module in _ACTIVE:
+            if module in ACTIVE:
                 raise RuntimeError("this model is already under a KVCompressor; nested compression is not supported")
-        _install(self.implementation)
+        install(self.implementation)
         for module in self.layers:
-            _ACTIVE[module] = self
+            ACTIVE[module] = self
             self._hooks.append(module.register_forward_hook(self._after_attention, with_kwargs=True))
         # Runs also when the forward raises (an Exception), so that a failed prefill releases the compressor.
         self._hooks.append(self.model.register_forward_hook(self._after_forward, always_call=True))
@@ -295,15 +253,17 @@ class KVCompressor:
         base = self.model.base_model
         self._hooks.append(base.register_forward_pre_hook(self._before_layers, with_kwargs=True))
         self._hooks.append(base.register_forward_hook(self._after_layers, always_call=True))
+        self._entered = True
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._entered = False
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
         for module in self.layers:
-            _ACTIVE.pop(module, None)
-        _uninstall(self.implementation)
+            ACTIVE.pop(module, None)
+        uninstall(self.implementation)
         with self._lock:
             self._owner = None
             self._captured.clear()
@@ -476,20 +436,41 @@ class KVCompressor:
             scaling=getattr(module, "scaling", None),
             output_gram=(lambda: self._gram(module)) if self.policy.needs_output_gram else None,
         )
-        indices = self.policy.select(inputs, self.budget)
-        self.record.indices.append(indices)
+        selection = self.policy.select(inputs, self.budget)
+        self.record.indices.append(selection)
         evicted = getattr(self._forward, "evicted", None)
         if evicted is not None:
             evicted.add(layer)
-        if indices is None:
-            self.record.kept.append(keys.shape[2])
-            if self.decode_reserve > 0:  # the full cache gets the same preallocated decode room
-                cache.layers[layer] = CompressedLayer(keys, values, reserve=self.decode_reserve)
-            return
-        kept_keys, kept_values = gather_positions(keys, indices), gather_positions(values, indices)
-        repeat = kept_keys.shape[1] // keys.shape[1]
-        cache.layers[layer] = CompressedLayer(kept_keys, kept_values, repeat=repeat, reserve=self.decode_reserve)
-        self.record.kept.append(indices.shape[2])
+        guard = self._layout_guard()
+        cache.layers[layer] = store(layer_cache, keys, values, selection, self.layout, self.decode_reserve, guard)
+        self._note(cache.layers[layer], selection, keys.shape[2])
+
+    def _note(self, stored: DynamicLayer, selection: Any, prompt_length: int) -> None:
+        """Record what a layer kept and what its cache costs."""
+        if isinstance(selection, HeadSelection):
+            lengths = selection.lengths.tolist()
+            mean = sum(lengths) / len(lengths)
+            self.record.kept.append(int(mean) if mean.is_integer() else round(mean, 2))
+            self.record.head_lengths.append(lengths)
+        else:
+            self.record.kept.append(prompt_length if selection is None else selection.shape[2])
+            self.record.head_lengths.append(None)
+        self.record.sizes.append(layer_size(stored))
+
+    def _layout_guard(self):
+        """What head-wise layers call before each update: refuse unless this compressor is active."""
+        owner = weakref.ref(self)
+
+        def guard() -> None:
+            compressor = owner()
+            if compressor is None or not compressor._entered:
+                raise RuntimeError(
+                    "this cache holds head-wise compressed layers (varlen or masked), which only the attention "
+                    "function of the compress(...) block that built them can read; a model's own attention would "
+                    "attend to other heads' or to evicted tokens. Decode inside that with-block"
+                )
+
+        return guard
 
 
 compress = KVCompressor

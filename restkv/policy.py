@@ -10,12 +10,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import ClassVar
 
 import torch
 
+from restkv.allocation import (
+    ALLOCATIONS,
+    HeadSelection,
+    adakv_capacities,
+    headkv_capacities,
+    load_head_scores,
+    reduce_importance,
+    top_positions,
+)
 from restkv.checks import check_choice, check_number
 from restkv.select import GQA_MODES, SCHEDULES, Budget, keep_indices, layer_budget, reduce_groups
+
+
+def head_file(given: str) -> Path | None:
+    """A head-importance file: as given, else under the project (a checkout, or the installed copy)."""
+    root = Path(__file__).resolve().parents[1]
+    candidates = (Path(given).expanduser(), root / given, root / "eval" / "assets" / given)
+    return next((path for path in candidates if path.is_file()), None)
 
 
 @dataclass
@@ -60,17 +77,33 @@ class Policy:
         repeated keys/values, like the reference code (the cache holds ``h`` heads).
       schedule: ``uniform`` (every layer keeps the budget) or ``pyramid`` (PyramidKV's
         per-layer progression, controlled by ``beta``), combinable with any scorer.
+      allocation: how a layer's budget is shared by its heads (`restkv.allocation`): ``uniform``
+        (every head keeps the layer's budget), ``adakv`` (the layer's past budget ``heads x
+        (keep - window)`` goes to the heads whose scores rank highest overall; ``floor`` is the
+        share of it every head is guaranteed, ``allocation_normalize`` rescales each head's
+        scores by the mass of its own top ``keep - window`` first) or ``headkv`` (fixed budgets
+        per (layer, head) from the HeadKV head file ``head_scores``, with ``head_beta``). Heads
+        then keep different numbers of tokens: the integration stores them in a variable-length
+        cache. (``allocation_normalize`` is AdaKV's ``normalize``, renamed: scoring policies
+        already have a ``normalize`` knob.)
     """
 
     window: int = 32
     gqa: str = "mean"
     schedule: str = "uniform"
     beta: float = 20.0
+    allocation: str = "uniform"
+    floor: float = 0.2
+    allocation_normalize: bool = True
+    head_scores: str | None = None
+    head_beta: float = 1.01
 
     needs_all_queries: ClassVar[bool] = False
     """Policies such as H2O need every prompt query, not only the window's."""
     evicts: ClassVar[bool] = True
     """False for the full-cache reference."""
+    allows_allocation: ClassVar[bool] = True
+    """False for policies whose scores cannot rank heads against each other (position-only ones)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -82,6 +115,36 @@ class Policy:
         check_choice(owner, "gqa", self.gqa, GQA_MODES)
         check_choice(owner, "schedule", self.schedule, SCHEDULES)
         check_number(owner, "beta", self.beta, low=0)
+        check_choice(owner, "allocation", self.allocation, ALLOCATIONS)
+        check_number(owner, "floor", self.floor, low=0, high=1, low_open=False)
+        check_number(owner, "head_beta", self.head_beta, low=0)
+        if self.allocation != "uniform" and not (self.allows_allocation and self.evicts):
+            raise ValueError(
+                f"{owner}.allocation={self.allocation!r} is not allowed: {owner} cannot share a budget across heads "
+                "(it keeps everything, or its scores are the same for every head); use allocation='uniform'"
+            )
+        if self.allocation == "headkv":
+            if self.head_scores is None:
+                raise ValueError(
+                    f"{owner}.allocation='headkv' needs head_scores, the path of a HeadKV head-importance file "
+                    "(make one with scripts/compute_head_scores.py; the micro model's: "
+                    "models/micro-llama/head_scores.json)"
+                )
+            if head_file(self.head_scores) is None:
+                raise FileNotFoundError(
+                    f"{owner}.head_scores={self.head_scores!r}: no such file (as given, or under the project); "
+                    "make one for your model with scripts/compute_head_scores.py"
+                )
+            if self.schedule != "uniform":
+                raise ValueError(
+                    f"{owner}.allocation='headkv' fixes every (layer, head)'s budget from the head file, so "
+                    f"schedule={self.schedule!r} cannot apply; use schedule='uniform'"
+                )
+        elif self.head_scores is not None:
+            raise ValueError(
+                f"{owner}.head_scores is set but allocation={self.allocation!r}; head files are read by "
+                "allocation='headkv' only"
+            )
 
     @property
     def needs_output_gram(self) -> bool:
@@ -105,18 +168,46 @@ class Policy:
             )
         return layer_budget(self.schedule, prompt_length, tokens, self.window, self.beta, layer, num_layers)
 
-    def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | None:
-        """Positions to keep ``[b, heads, keep]`` (ascending), or None to keep the whole prompt."""
+    def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | HeadSelection | None:
+        """What to keep: positions ``[b, heads, keep]`` (ascending) when every head keeps the same
+        number, a `HeadSelection` under a head-wise allocation, or None to keep the whole prompt.
+
+        A prompt no longer than the layer's budget is kept whole under every allocation (the
+        reference AdaKV code still trims a token or two by rounding when the budget equals the
+        prompt length exactly).
+        """
         if not self.evicts:
             return None
         keep = self.layer_keep(inputs.length, budget, inputs.layer, inputs.num_layers)
         if keep >= inputs.length:
             return None
-        scores = self.score(inputs, keep)
         past = inputs.length - self.window
+        if self.allocation == "headkv":
+            capacities = self._headkv_capacities(inputs, budget)
+            if bool((capacities >= past).all()):
+                return None
+        scores = self.score(inputs, keep)
         if scores.shape[-1] != past:
             raise RuntimeError(f"{type(self).__name__}.score returned {scores.shape[-1]} scores for {past} past tokens")
-        return keep_indices(reduce_groups(scores, inputs.num_kv_heads, self.gqa), keep, self.window)
+        scores = reduce_groups(scores, inputs.num_kv_heads, self.gqa)
+        if self.allocation == "uniform":
+            return keep_indices(scores, keep, self.window)
+        if scores.shape[0] != 1:
+            raise NotImplementedError(f"head-wise allocation runs on batch size 1; got {scores.shape[0]}")
+        if self.allocation == "adakv":
+            capacities = adakv_capacities(scores[0], keep - self.window, self.floor, self.allocation_normalize)
+        return top_positions(scores[0], capacities.clamp(max=past), self.window)
+
+    def _headkv_capacities(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
+        """This layer's per-head past budgets from the head file (loaded once per model shape)."""
+        shape = (inputs.num_layers, inputs.num_heads)
+        cached = getattr(self, "_importance", None)
+        if cached is None or cached[0] != shape:
+            cached = (shape, load_head_scores(head_file(self.head_scores) or self.head_scores, *shape))
+            self._importance = cached
+        importance = reduce_importance(cached[1], inputs.num_kv_heads, self.gqa)
+        tokens = budget.tokens(inputs.length)
+        return headkv_capacities(importance, tokens, self.head_beta)[inputs.layer].to(inputs.keys.device)
 
     def describe(self) -> dict[str, object]:
         """The policy's name and knobs, for result files."""

@@ -1,0 +1,28 @@
+"""HeadKV (Fu et al., 2024): fixed per-(layer, head) budgets from head-importance scores."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from restkv.registry import register_policy
+from restkv.scoring_policy import ScoringPolicy
+
+
+@register_policy("headkv")
+@dataclass
+class HeadKV(ScoringPolicy):
+    """The ReST-KV authors' HeadKV: mean window attention, max-pooled (kernel 7), ``headkv`` allocation.
+
+    ``head_scores`` is the head file (HeadKV's JSON, ``{"<layer>-<head>": [scores]}``) of the model
+    being run: ``scripts/compute_head_scores.py`` makes one for any model (``configs/policy/headkv.yaml``
+    points at the micro model's, ``models/micro-llama/head_scores.json``).
+    As in the authors' code, a head keeps its budget of past tokens *plus* the window, so the mean
+    head holds about ``budget + window`` tokens (uniform policies hold ``budget``, window included).
+    """
+
+    indicator: str = "attention"
+    temporal: str = "mean"
+    spatial: str = "maxpool"
+    kernel: int = 7
+    allocation: str = "headkv"
+    head_scores: str | None = None
