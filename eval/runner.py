@@ -125,6 +125,15 @@ def _listed(skipped: dict[str, str]) -> str:
     return "; ".join(f"{task}: {reason.rstrip('.')}" for task, reason in skipped.items())
 
 
+def cache_size(compressor: Any) -> dict[str, int]:
+    """The last prefill's cache after eviction, summed over layers: tokens x heads kept, their bytes, and
+    the bytes allocated (the decode reserve included); empty when the compressor was paused."""
+    sizes = compressor.record.size_summary() if compressor.active and compressor.record.sizes else None
+    if sizes is None:
+        return {}
+    return {f"cache_{key}": sizes[key] for key in ("head_tokens", "logical_bytes", "allocated_bytes")}
+
+
 def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": sample.id,
@@ -149,13 +158,24 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
     model = load_model(spec, plan.device)
     eos = eos_token_ids(model, plan.tokenizer)
     bar = tqdm(todo, desc=title, unit="sample", dynamic_ncols=True)
-    with compress(model, plan.policy, plan.budget) as compressor:
+    with compress(model, plan.policy, plan.budget, layout=cfg.get("layout", "auto")) as compressor:
         session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos)
         for sample in bar:
             prompt = tokenize(sample, plan.tokenizer, spec.chat_template, spec.max_context)
             outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
-            log.append(record_for(sample, prompt, outcome))
+            log.append(record_for(sample, prompt, {**outcome, **cache_size(compressor)}))
             bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
+
+
+def cache_summary(records: list[dict[str, Any]], layout: str) -> dict[str, Any]:
+    """The layout and the mean cache size per sample (records from before sizes were recorded lack them)."""
+    sized = [r for r in records if "cache_allocated_bytes" in r]
+    means = {
+        f"{key}_mean": round(sum(r[f"cache_{key}"] for r in sized) / len(sized))
+        for key in ("head_tokens", "logical_bytes", "allocated_bytes")
+        if sized
+    }
+    return {"layout": layout, "samples_measured": len(sized), **means}
 
 
 def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: DictConfig, settings: RunSettings):
@@ -170,6 +190,7 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         protocol=cfg.protocol,
         ran={"tasks": task_order, "samples": len(records), "limit": cfg.limit},
         skipped=plan.skipped,
+        cache=cache_summary(records, cfg.get("layout", "auto")),
     )
     extra = getattr(plan.benchmark, "report", None)  # optional: see eval.benchmarks.base.Benchmark
     if extra is not None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.generation import PROTOCOLS
+from restkv.layouts import LAYOUTS
 
 ON_CHANGE = ("refuse", "new_folder", "adopt")
 """What a run does when its folder holds another experiment (see `eval.identity`)."""
@@ -115,7 +116,7 @@ def check_out_dir(out_dir: Any) -> Path:
 
 
 def check_run_keys(values: dict[str, Any]) -> None:
-    """The top-level keys of ``configs/config.yaml``: budget, protocol, limit, out_dir, allow_skips, on_change."""
+    """The top-level keys of ``configs/config.yaml`` (budget, protocol, layout, limit, out_dir, ...)."""
     budget = values.get("budget")
     if isinstance(budget, bool) or not isinstance(budget, int | float):
         raise ValueError(
@@ -125,6 +126,8 @@ def check_run_keys(values: dict[str, Any]) -> None:
         raise ValueError(f"budget={budget!r} is not allowed; a fraction of the prompt must lie in (0, 1)")
     if values.get("protocol") not in PROTOCOLS:
         raise ValueError(f"protocol={values.get('protocol')!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
+    if values.get("layout", "auto") not in LAYOUTS:
+        raise ValueError(f"layout={values.get('layout')!r} is not allowed; choose one of: {', '.join(LAYOUTS)}")
     limit = values.get("limit")
     check_value("limit", limit, int | None)
     if limit is not None and limit < 1:

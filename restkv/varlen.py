@@ -46,18 +46,24 @@ def pick_kernel(requested: str, query: torch.Tensor) -> str:
 
 
 def reference_attention(query: torch.Tensor, layer: VarlenLayer, scaling: float) -> torch.Tensor:
-    """``query`` ``[1, h, q, d]`` over ``layer``; returns ``[1, q, h, d]`` in the query's dtype."""
+    """``query`` ``[1, h, q, d]`` over ``layer``; returns ``[1, q, h, d]`` in the query's dtype.
+
+    Scores and softmax in float32 (the query dtype's when it is float32: no casts on that path).
+    """
     _, heads, length, _ = query.shape
     group = heads // layer.heads
+    queries = query[0] * scaling  # [h, q, d]
+    upcast = query.dtype != torch.float32
     outputs = []
     for head, (keys, values) in enumerate(layer.head_states()):
-        q = query[0, head * group : (head + 1) * group]  # [g, q, d]
-        scores = (q @ keys.transpose(0, 1)).float() * scaling  # [g, q, n]
+        scores = queries[head * group : (head + 1) * group] @ keys.transpose(0, 1)  # [g, q, n]
+        scores = scores.float() if upcast else scores
         if length > 1:
             n = keys.shape[0]
             causal = torch.ones(length, n, dtype=torch.bool, device=query.device).tril(n - length)
             scores = scores.masked_fill(~causal, float("-inf"))
-        outputs.append(scores.softmax(dim=-1).to(values.dtype) @ values)  # [g, q, d]
+        weights = scores.softmax(dim=-1)
+        outputs.append((weights.to(values.dtype) if upcast else weights) @ values)  # [g, q, d]
     return torch.cat(outputs).transpose(0, 1).unsqueeze(0).to(query.dtype)
 
 
