@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from baselines.snapkv import SnapKV
-from restkv.registry import register_policy
+from restkv.registry import register_policy, register_preset
 
 
 @register_policy("pyramidkv")
@@ -18,3 +18,7 @@ class PyramidKV(SnapKV):
 
     schedule: str = "pyramid"
     beta: float = 20.0
+
+
+# Ada-PyramidKV: the layer schedule and AdaKV's head-wise allocation together
+register_preset("ada_pyramidkv", "pyramidkv", allocation="adakv")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from restkv.registry import register_policy
+from restkv.registry import register_policy, register_preset
 from restkv.scoring_policy import ScoringPolicy
 
 
@@ -22,3 +22,7 @@ class SnapKV(ScoringPolicy):
     temporal: str = "sum"
     spatial: str = "avgpool"
     kernel: int = 5
+
+
+# Ada-SnapKV: the same scores under AdaKV's head-wise allocation
+register_preset("ada_snapkv", "snapkv", allocation="adakv")

@@ -2,6 +2,8 @@
 
 - ``restkv_ruler``: ReST-KV as the authors ran RULER and InfiniteBench, minimum adaptive kernel 21
   (their ``scripts/ruler/run_llama3.sh``).
+- ``ada_restkv``: Ada-ReST-KV, ReST-KV's scores under AdaKV's head-wise allocation (the paper's
+  plug-and-play combination with a budget allocator; ``floor`` 0.2, normalised, as AdaKV runs).
 - ``ablation/*``: the rows of the paper's indicator / temporal / spatial ablation (Table 3,
   Appendix Table 12); ``restkv`` itself is the full method's row.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 from restkv.registry import register_preset
 
 register_preset("restkv_ruler", "restkv", kernel=21)
+register_preset("ada_restkv", "restkv", allocation="adakv")
 
 # attention x ||v||, summed over the window, average-pooled (kernel 5)
 register_preset("ablation/attn_v", "restkv", indicator="attention_value", temporal="sum", spatial="avgpool")

@@ -20,7 +20,7 @@ from eval.collect import format_grid
 from eval.run import CONFIGS
 from eval.runner import RunSettings, run_benchmark
 
-POLICIES = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "restkv"]
+POLICIES = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "adakv", "restkv", "ada_restkv"]
 DEFAULT_TASKS = {
     # micro-llama's full cache solves these at 2048 tokens (its model card): needles in an essay
     # (one key; four keys, one asked; one key's four values) and the passkey in repeated noise

@@ -63,6 +63,12 @@ class ReSTKVPress(ScorerPress):
                 f"ReSTKVPress: {name}.schedule={self.policy.schedule!r} is not allowed: kvpress applies one "
                 "compression ratio to every layer (schedule must be 'uniform')"
             )
+        if self.policy.allocation != "uniform":
+            raise ValueError(
+                f"ReSTKVPress: {name}.allocation={self.policy.allocation!r} is not allowed: a scorer press keeps "
+                "the same number of tokens in every head; for kvpress's head-wise budgets wrap this press in its "
+                "AdaKVPress, or run policy.allocation=adakv through restkv.compress"
+            )
         self._grams: weakref.WeakKeyDictionary[nn.Module, torch.Tensor] = weakref.WeakKeyDictionary()
 
     def post_init_from_model(self, model: nn.Module) -> None:
