@@ -104,12 +104,17 @@ def main() -> None:
     accuracy: dict[tuple[str, str], float] = {}
     agreement: dict[tuple[str, str], float] = {}
     kl: dict[tuple[str, str], float] = {}
+    cache: dict[tuple[str, str], float] = {}
     for policy in args.policies:
         for budget in args.budgets:
             if policy == "full" and budget != args.budgets[0]:
                 accuracy[(policy, budget)] = accuracy[(policy, args.budgets[0])]
                 continue
-            accuracy[(policy, budget)] = run(args.bench, policy, budget, args)["average"]
+            summary = run(args.bench, policy, budget, args)
+            accuracy[(policy, budget)] = summary["average"]
+            head_tokens = summary.get("cache", {}).get("head_tokens_mean")
+            if head_tokens is not None:
+                cache[(policy, budget)] = head_tokens
             if not args.no_fidelity and policy != "full":
                 summary = run("fidelity", policy, budget, args)
                 agreement[(policy, budget)] = summary["average"]
@@ -125,6 +130,9 @@ def main() -> None:
         print(format_grid(evicting, args.budgets, agreement))
         print("\nfidelity: KL(full || evicted) over the reference answer (nats per token)")
         print(format_grid(evicting, args.budgets, kl, digits=4))
+    if cache:
+        print("\ncache after eviction: tokens kept x key/value heads, summed over layers (mean per prompt)")
+        print(format_grid(args.policies, args.budgets, cache, digits=0))
     figure = Path(args.out) / "compare" / f"{args.model}-accuracy.png"
     plot(accuracy, args.budgets, args.policies, figure, title)
     print(f"\nplot: {figure}")
