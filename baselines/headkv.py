@@ -11,7 +11,9 @@ from restkv.scoring_policy import ScoringPolicy
 @register_policy("headkv")
 @dataclass
 class HeadKV(ScoringPolicy):
-    """The ReST-KV authors' HeadKV: mean window attention, max-pooled (kernel 7), ``headkv`` allocation.
+    """The ReST-KV authors' HeadKV as their driver runs it: mean window attention, average-pooled
+    (kernel 5: ``run_longbench.py`` passes ``--kernel_sizes 5 --pooling avgpool`` to every method, over
+    the class's own max-pooling with kernel 7), under the ``headkv`` allocation.
 
     ``head_scores`` is the head file (HeadKV's JSON, ``{"<layer>-<head>": [scores]}``) of the model
     being run: ``scripts/compute_head_scores.py`` makes one for any model (``configs/policy/headkv.yaml``
@@ -22,7 +24,7 @@ class HeadKV(ScoringPolicy):
 
     indicator: str = "attention"
     temporal: str = "mean"
-    spatial: str = "maxpool"
-    kernel: int = 7
+    spatial: str = "avgpool"
+    kernel: int = 5
     allocation: str = "headkv"
     head_scores: str | None = None
