@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -32,11 +32,8 @@ from restkv.decode import can_use_decode_attention, decode_attention
 from restkv.layouts import MaskedLayer, VarlenLayer, layout_of
 from restkv.varlen import varlen_attention
 
-if TYPE_CHECKING:
-    from restkv.integrate import KVCompressor
-
-ACTIVE: weakref.WeakKeyDictionary[nn.Module, KVCompressor] = weakref.WeakKeyDictionary()
-"""Attention modules under compression -> their compressor."""
+ACTIVE: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
+"""Attention modules under compression -> their `restkv.integrate.KVCompressor` (which imports this module)."""
 _INSTALLED: dict[str, tuple[int, Any]] = {}  # implementation -> (users, previous local entry)
 
 
