@@ -16,8 +16,9 @@ class HeadKV(ScoringPolicy):
     the class's own max-pooling with kernel 7), under the ``headkv`` allocation.
 
     ``head_scores`` is the head file (HeadKV's JSON, ``{"<layer>-<head>": [scores]}``) of the model
-    being run: ``scripts/compute_head_scores.py`` makes one for any model (``configs/policy/headkv.yaml``
-    points at the micro model's, ``models/micro-llama/head_scores.json``).
+    being run: ``scripts/compute_head_scores.py`` makes one for any model. The default is the default
+    model's (``models/micro-llama/head_scores.json``, found in a checkout or an installed copy); another
+    model is refused at its first prefill, naming the file's and the model's layers x heads.
     As in the authors' code, a head keeps its budget of past tokens *plus* the window, so the mean
     head holds about ``budget + window`` tokens (uniform policies hold ``budget``, window included).
     """
@@ -27,4 +28,4 @@ class HeadKV(ScoringPolicy):
     spatial: str = "avgpool"
     kernel: int = 5
     allocation: str = "headkv"
-    head_scores: str | None = None
+    head_scores: str | None = "models/micro-llama/head_scores.json"
