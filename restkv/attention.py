@@ -29,7 +29,7 @@ from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.decode import can_use_decode_attention, decode_attention
-from restkv.layouts import MaskedLayer, VarlenLayer, layout_of
+from restkv.layouts import MaskedLayer, VarlenLayer, layout_of, reader_installed
 from restkv.varlen import varlen_attention
 
 ACTIVE: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
@@ -113,6 +113,7 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
 def install(implementation: str) -> None:
     """Register `capturing_attention` for ``implementation`` (counted: one registration for all users)."""
     users, previous = _INSTALLED.get(implementation, (0, None))
+    reader_installed(+1)
     if users == 0:
         previous = ALL_ATTENTION_FUNCTIONS._local_mapping.get(implementation)
         ALL_ATTENTION_FUNCTIONS[implementation] = capturing_attention(implementation, previous)
@@ -122,6 +123,7 @@ def install(implementation: str) -> None:
 def uninstall(implementation: str) -> None:
     """Undo one `install`; the last user restores what was registered before."""
     users, previous = _INSTALLED[implementation]
+    reader_installed(-1)
     if users > 1:
         _INSTALLED[implementation] = (users - 1, previous)
         return

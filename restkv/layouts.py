@@ -37,6 +37,23 @@ LAYOUTS = ("auto", "varlen", "masked")
 """``auto``: dense when every head keeps the same number of tokens, ``varlen`` otherwise."""
 
 _LAYOUT_OF = WeakIdKeyDictionary()  # key tensor handed to attention -> weakref to its layer
+_READERS = {"installed": 0}  # attention functions that read these layouts, installed (`restkv.attention`)
+
+
+def reader_installed(delta: int = 0) -> bool:
+    """Whether an attention function that reads head-wise layouts is installed (``delta`` counts one in or out)."""
+    _READERS["installed"] += delta
+    return _READERS["installed"] > 0
+
+
+def _default_guard() -> None:
+    """A layer built without its compressor's guard still refuses a model's own attention function."""
+    if not reader_installed():
+        raise RuntimeError(
+            "this cache holds head-wise compressed layers (varlen or masked), which only restkv's attention "
+            "function can read (a model's own would attend to other heads' or to evicted tokens); decode inside a "
+            "compress(...) block"
+        )
 
 
 def layout_of(keys: torch.Tensor) -> VarlenLayer | MaskedLayer | None:
@@ -77,7 +94,7 @@ class VarlenLayer(DynamicLayer):
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
         self.repeat = repeat
-        self._guard = guard
+        self._guard = guard or _default_guard
         self._store(keys, values, list(lengths), [n + reserve for n in lengths])
 
     def _store(self, keys: torch.Tensor, values: torch.Tensor, lengths: list[int], capacities: list[int]) -> None:
@@ -126,8 +143,7 @@ class VarlenLayer(DynamicLayer):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._guard is not None:
-            self._guard()
+        self._guard()
         if key_states.shape[0] != 1:
             raise NotImplementedError(f"a varlen cache layer holds batch size 1; got {key_states.shape[0]}")
         if self.repeat > 1:
@@ -179,7 +195,7 @@ class MaskedLayer(CompressedLayer):
         guard: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(keys, values, reserve=reserve)
-        self._guard = guard
+        self._guard = guard or _default_guard
         self._visible = torch.ones((*visible.shape[:2], self.capacity), dtype=torch.bool, device=visible.device)
         self._visible[..., : visible.shape[-1]] = visible
         _LAYOUT_OF[self.keys] = weakref.ref(self)
@@ -192,8 +208,7 @@ class MaskedLayer(CompressedLayer):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._guard is not None:
-            self._guard()
+        self._guard()
         keys, values = super().update(key_states, value_states, *args, **kwargs)
         missing = self.capacity - self._visible.shape[-1]
         if missing > 0:

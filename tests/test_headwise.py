@@ -191,6 +191,12 @@ def test_generate_over_a_headwise_cache_matches_our_decoding_loop(layout: str, m
     assert torch.equal(generated, tokens)
 
 
+def test_a_layer_built_by_hand_refuses_updates_without_restkv_attention() -> None:
+    layer = VarlenLayer(torch.zeros(6, 4), torch.zeros(6, 4), [2, 4])
+    with pytest.raises(RuntimeError, match="only restkv's attention function can read"):
+        layer.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+
+
 def test_a_headwise_cache_refuses_to_decode_outside_its_block(make_model) -> None:
     model = make_model("llama")
     cache = DynamicCache(config=model.config)
@@ -239,7 +245,7 @@ def test_flash_varlen_arguments_compute_the_reference_attention(new_tokens: int,
     lengths = [7, 12, 3, 9]
     keys = torch.randn(sum(lengths), 16, generator=generator)
     values = torch.randn(sum(lengths), 16, generator=generator)
-    layer = VarlenLayer(keys, values, lengths, reserve=reserve)
+    layer = VarlenLayer(keys, values, lengths, reserve=reserve, guard=lambda: None)  # updated by hand here
     layer.update(torch.randn(1, 4, 2, 16, generator=generator), torch.randn(1, 4, 2, 16, generator=generator))
     assert layer.has_gaps == (reserve > 2)
     query = torch.randn(1, 8, new_tokens, 16, generator=generator)

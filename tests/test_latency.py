@@ -205,3 +205,70 @@ def test_shapes_have_the_real_models_parameter_counts(shape: str, parameters: in
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     assert sum(p.numel() for p in model.parameters()) == parameters
+
+
+def test_headwise_synthetic_caches_hold_the_uniform_total() -> None:
+    from eval.latency.headwise import headwise_lengths
+    from eval.latency.modeling import cache_bytes
+    from restkv.layouts import MaskedLayer, VarlenLayer
+
+    assert (
+        headwise_lengths(4, 40, 96) == sorted(headwise_lengths(4, 40, 96)) and sum(headwise_lengths(4, 40, 96)) == 160
+    )
+    assert sum(headwise_lengths(8, 128, 150)) == 8 * 128 and max(headwise_lengths(8, 128, 150)) <= 150
+    config = model_config(tiny_settings(Path(".")))
+    base = synthetic_base(config, 96, torch.float32, torch.device("cpu"))
+    heads, dim, layers = config.num_key_value_heads, base[0].shape[-1], config.num_hidden_layers
+    sizes = {
+        kind: cache_bytes(synthetic_cache(config, base, 40, kind, reserve=3))
+        for kind in ("preallocated", "varlen", "masked")
+    }
+    varlen = synthetic_cache(config, base, 40, "varlen", reserve=3)
+    assert all(isinstance(layer, VarlenLayer) and sum(layer.lengths) == heads * 40 for layer in varlen.layers)
+    assert isinstance(synthetic_cache(config, base, 40, "masked", reserve=3).layers[0], MaskedLayer)
+    kept = layers * heads * 40 * dim * 4 * 2  # keys and values, float32
+    assert sizes["preallocated"]["logical"] == sizes["varlen"]["logical"] == sizes["masked"]["logical"] == kept
+    assert sizes["varlen"]["allocated"] == kept + layers * heads * 3 * dim * 4 * 2  # + the reserve, nothing else
+    full = layers * heads * (96 + 3) * dim * 4 * 2
+    assert sizes["masked"]["allocated"] == full + layers * heads * (96 + 3)  # the full cache + a 1-byte mask
+    assert sizes["masked"]["read"] == layers * heads * 96 * dim * 4 * 2  # attention reads the whole context
+
+
+def test_headwise_synthetic_layouts_decode_the_same_tokens() -> None:
+    """varlen and masked keep the same positions per head: decoding over them gives the same logits."""
+    from baselines import FullCache
+
+    config = model_config(tiny_settings(Path(".")))
+    model = random_model(config, torch.float32, torch.device("cpu"))
+    base = synthetic_base(config, 64, torch.float32, torch.device("cpu"))
+    results = []
+    for kind in ("varlen", "masked"):
+        cache = synthetic_cache(config, base, 16, kind, reserve=2)
+        with torch.no_grad(), compress(model, FullCache(), budget=1 << 20):
+            results.append([forward(model, torch.tensor([[5]]), cache, 64 + i) for i in range(3)])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="head-wise compressed layers"):  # outside a compressor: refused
+        forward(model, torch.tensor([[5]]), synthetic_cache(config, base, 16, "varlen", reserve=2), 64)
+
+
+def test_headwise_layouts_in_the_benchmark(tmp_path: Path) -> None:
+    settings = tiny_settings(
+        tmp_path,
+        prefill=False,
+        memory=False,
+        plots=False,
+        decode_caches=["preallocated", "varlen", "masked"],
+        decode_attention_only=True,
+        decode_attention_calls=3,
+    )
+    record = run(settings, "test")
+    kinds = {(e["budget"], e["cache"]) for e in record["decode"]}
+    assert kinds == {(None, "preallocated"), (40, "preallocated"), (40, "varlen"), (40, "masked")}
+    rows = {r["layout"]: r for r in record["ratios"]["decode"] if "layout" in r}
+    assert set(rows) == {"varlen", "masked"}
+    assert rows["varlen"]["allocated_vs_logical"] == pytest.approx((40 + 3) / 40, rel=1e-3)  # reserve: 1 + 2 steps
+    assert rows["masked"]["allocated_vs_full"] > 1 and rows["masked"]["allocated_vs_logical"] > 2
+    assert all(e["attention_ms"] > 0 for e in record["decode"])
+    with pytest.raises(ValueError, match="decode_caches=\\['paged'\\]: allowed dynamic, preallocated, varlen, masked"):
+        tiny_settings(tmp_path, decode_caches=["paged"])

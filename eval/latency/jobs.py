@@ -14,6 +14,7 @@ import torch
 from transformers import PreTrainedModel
 
 from eval.configs import configured_policy
+from eval.latency.headwise import HEADWISE
 from eval.latency.memory import measured
 from eval.latency.modeling import random_model, synthetic_base
 from eval.latency.settings import Settings, model_config
@@ -43,11 +44,13 @@ def prefill_jobs(settings: Settings, context: int) -> list[Job]:
 
 
 def decode_jobs(settings: Settings, context: int) -> list[Job]:
+    """Every cache kind at every budget below ``context``, and the full cache (not for the head-wise kinds)."""
     budgets = [None, *(b for b in settings.decode_budgets if b < context)]
     return [
         {"kind": "decode", "context": context, "budget": b, "cache": kind}
         for b in budgets
         for kind in settings.decode_caches
+        if not (b is None and kind in HEADWISE)
     ]
 
 
@@ -73,7 +76,7 @@ def run_job(
     if job["kind"] == "prefill":
         return _run_prefill(model, settings, job, inputs["ids"])
     name = FULL if job["budget"] is None else settings.decode_policy
-    times, before = decode_case(
+    times, before, attention = decode_case(
         model,
         context=job["context"],
         budget=job["budget"],
@@ -86,10 +89,16 @@ def run_job(
         base=inputs.get("base"),
         profiled=profiled,
         decode_kernel=settings.decode_kernel,
+        attention_calls=settings.decode_attention_calls if settings.decode_attention_only else 0,
     )
     if profiled:
         return {"ops": times}
-    return {"step_seconds": times, "seconds_per_token": statistics.fmean(times), "cache": before}
+    return {
+        "step_seconds": times,
+        "seconds_per_token": statistics.fmean(times),
+        "cache": before,
+        "attention_ms": attention,
+    }
 
 
 def isolated_peak(settings_dict: dict[str, Any], job: Job) -> dict[str, Any]:

@@ -12,7 +12,9 @@ from transformers import AutoModelForCausalLM, DynamicCache, PretrainedConfig, P
 from transformers.cache_utils import DynamicLayer
 from transformers.initialization import no_init_weights
 
+from eval.latency.headwise import HEADWISE, step_bytes, synthetic_headwise_layer
 from restkv.cache import CompressedLayer
+from restkv.layouts import MaskedLayer, VarlenLayer, layer_size
 
 
 def random_model(config: PretrainedConfig, dtype: torch.dtype, device: torch.device, seed: int = 0) -> PreTrainedModel:
@@ -55,26 +57,39 @@ def parameter_bytes_read(model: nn.Module) -> int:
     return total
 
 
-def layer_bytes(layer: DynamicLayer) -> tuple[int, int, int]:
-    """(logical bytes of the stored tokens, allocated bytes with any reserve, bytes per token) of one layer."""
-    keys, values = layer.keys, layer.values
-    per_token = (keys.shape[1] * keys.shape[3] * keys.element_size()) + (
-        values.shape[1] * values.shape[3] * values.element_size()
-    )
-    length = keys.shape[2]
-    capacity = layer.capacity if isinstance(layer, CompressedLayer) else length
-    return length * per_token, capacity * per_token, per_token
-
-
 def cache_bytes(cache: DynamicCache) -> dict[str, int]:
-    """Logical and allocated bytes of a whole cache, and the bytes each appended token adds."""
-    sizes = [layer_bytes(layer) for layer in cache.layers]
+    """A whole cache's bytes: ``logical`` (the kept tokens of every stored head), ``allocated`` (any decode
+    reserve and mask included), ``read`` (what a decode step's attention reads: everything stored, which for
+    a masked cache is the whole context), ``per_token`` (what one decoded token adds), and the mean tokens
+    per stored head and layer."""
+    sizes = [layer_size(layer) for layer in cache.layers]
+    stored = [
+        s.logical_bytes if not isinstance(layer, MaskedLayer) else layer_size_stored(layer)
+        for s, layer in zip(sizes, cache.layers, strict=True)
+    ]
+    heads = [stored_heads(layer) for layer in cache.layers]
     return {
-        "logical": sum(s[0] for s in sizes),
-        "allocated": sum(s[1] for s in sizes),
-        "per_token": sum(s[2] for s in sizes),
-        "tokens_mean": round(sum(layer.get_seq_length() for layer in cache.layers) / max(len(sizes), 1), 2),
+        "logical": sum(s.logical_bytes for s in sizes),
+        "allocated": sum(s.allocated_bytes for s in sizes),
+        "read": sum(stored),
+        "per_token": sum(step_bytes(layer) for layer in cache.layers),
+        "tokens_mean": round(sum(s.head_tokens / h for s, h in zip(sizes, heads, strict=True)) / max(len(sizes), 1), 2),
     }
+
+
+def stored_heads(layer: DynamicLayer) -> int:
+    """Heads a layer's tokens are counted over (the mask's heads for a masked layer)."""
+    if isinstance(layer, VarlenLayer):
+        return layer.heads
+    if isinstance(layer, MaskedLayer):
+        return layer.visible.shape[1]
+    return layer.keys.shape[1]
+
+
+def layer_size_stored(layer: MaskedLayer) -> int:
+    """Key and value bytes a masked layer holds (the whole context), without the reserve or the mask."""
+    keys, values = layer.keys, layer.values
+    return keys.numel() * keys.element_size() + values.numel() * values.element_size()
 
 
 def synthetic_base(config: PretrainedConfig, length: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
@@ -95,14 +110,17 @@ def synthetic_cache(
     Every layer holds its own copy of the first ``tokens`` positions of ``base``. ``dynamic``: a
     transformers `DynamicLayer` for the full cache and an unbuffered `CompressedLayer` after eviction,
     both growing by concatenation; ``preallocated``: a `CompressedLayer` with ``reserve`` free slots,
-    what `restkv.KVCompressor` builds with ``decode_reserve``.
+    what `restkv.KVCompressor` builds with ``decode_reserve``; ``varlen``/``masked``: the head-wise layouts
+    with the same total kept tokens per layer (`eval.latency.headwise`), with ``reserve``.
     """
     keys, values = base
     full = tokens >= keys.shape[2]
     cache = DynamicCache(config=config)
     for index in range(config.num_hidden_layers):
         k, v = keys[:, :, :tokens], values[:, :, :tokens]
-        if kind == "preallocated":
+        if kind in HEADWISE:
+            layer = synthetic_headwise_layer(keys, values, tokens, kind, reserve)
+        elif kind == "preallocated":
             layer: DynamicLayer = CompressedLayer(k, v, reserve=reserve)
         elif full:
             layer = DynamicLayer()

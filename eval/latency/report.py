@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eval.latency.bounds import bound_ms, decode_bytes
+from eval.latency.headwise import layout_line, layout_ratios
 from eval.latency.scoring import AUTHORS
 from eval.latency.settings import Settings
 from eval.latency.timing import FULL
@@ -66,7 +67,11 @@ def decode_entry(run: dict[str, Any], settings: Settings, parameter_bytes: int, 
     per_token = [t["seconds_per_token"] * 1e3 for t in timed]
     cache = timed[0]["cache"]
     read = decode_bytes(
-        parameter_bytes, cache["logical"], cache["per_token"], settings.decode_warmup_tokens, settings.decode_tokens
+        parameter_bytes,
+        cache.get("read", cache["logical"]),
+        cache["per_token"],
+        settings.decode_warmup_tokens,
+        settings.decode_tokens,
     )
     read_cache = read - parameter_bytes
     gbps = bandwidth[f"{settings.bound_bandwidth}_gbps"]
@@ -90,6 +95,9 @@ def decode_entry(run: dict[str, Any], settings: Settings, parameter_bytes: int, 
         "bound_bandwidth_gbps": gbps,
         "achieved_over_bound": _significant(measured / bound),
     }
+    attention = [t["attention_ms"] for t in timed if t.get("attention_ms") is not None]
+    if attention:
+        entry["attention_ms"] = _significant(_median(attention))
     entry.update(_memory_fields(run.get("memory")))
     if run.get("profile"):
         entry["profile_top_ops"] = run["profile"]
@@ -199,7 +207,7 @@ def decode_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[di
                         "slowdown": round(e["ms_per_token_median"] / other_kind["ms_per_token_median"], 4),
                     }
                 )
-    return ratios
+    return ratios + layout_ratios(entries, raw)
 
 
 def _header(settings: Settings, raw: dict[str, Any], command: str, model: dict[str, Any]) -> dict[str, Any]:
@@ -409,6 +417,8 @@ def _prefill_ratio(r: dict[str, Any]) -> str:
 
 
 def _decode_ratio(r: dict[str, Any]) -> str:
+    if "layout" in r:
+        return layout_line(r)
     if "slowdown" in r:
         kept = "full cache" if r["budget"] is None else f"budget {r['budget']}"
         return f"  {r['context']:>6} tokens, {kept}: dynamic cache {_x(r, 'slowdown')} the preallocated one's time"

@@ -17,6 +17,8 @@ from restkv.devices import DTYPES, pick_device, torch_dtype
 from restkv.integrate import DECODE_KERNELS
 
 CACHES = ("dynamic", "preallocated")
+DECODE_CACHES = (*CACHES, "varlen", "masked")
+"""Decode cache kinds: the two uniform ones, and the head-wise layouts (`eval.latency.headwise`)."""
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
 MODES = ("model", "scoring")
@@ -52,6 +54,8 @@ class Settings:
     decode_policy: str = "restkv"
     decode_profile: bool = False
     decode_kernel: str = "model"
+    decode_attention_only: bool = False
+    decode_attention_calls: int = 50
     scoring_calls: int = 3
     scoring_gram_every_call: bool = True
     scoring_authors: bool = False
@@ -75,8 +79,8 @@ class Settings:
             (self.dtype in DTYPES, f"dtype={self.dtype!r}: choose one of {', '.join(DTYPES)}"),
             (self.prefill_cache in CACHES, f"prefill_cache={self.prefill_cache!r}: choose one of {', '.join(CACHES)}"),
             (
-                set(self.decode_caches) <= set(CACHES),
-                f"decode_caches={self.decode_caches}: allowed {', '.join(CACHES)}",
+                set(self.decode_caches) <= set(DECODE_CACHES),
+                f"decode_caches={self.decode_caches}: allowed {', '.join(DECODE_CACHES)}",
             ),
             (self.decode_fill in FILLS, f"decode_fill={self.decode_fill!r}: choose one of {', '.join(FILLS)}"),
             (

@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from baselines.full import FullCache
+from eval.latency.headwise import HEADWISE, attention_ms
 from eval.latency.modeling import cache_bytes, synthetic_cache
 from restkv.devices import synchronize
 from restkv.integrate import KVCompressor
@@ -54,11 +55,18 @@ def forward(model: PreTrainedModel, ids: torch.Tensor, cache: DynamicCache, star
 
 
 def compressor_for(
-    model: PreTrainedModel, policy: Policy, budget: int | None, reserve: int, decode_kernel: str = "model"
+    model: PreTrainedModel,
+    policy: Policy,
+    budget: int | None,
+    reserve: int,
+    decode_kernel: str = "model",
+    layout: str = "auto",
 ) -> KVCompressor:
     """A compressor that times each layer's eviction alone, device work included (``timed``)."""
     budget = budget if budget is not None else 1 << 30
-    return KVCompressor(model, policy, budget, decode_reserve=reserve, decode_kernel=decode_kernel, timed=True)
+    return KVCompressor(
+        model, policy, budget, decode_reserve=reserve, decode_kernel=decode_kernel, timed=True, layout=layout
+    )
 
 
 @torch.no_grad()
@@ -127,15 +135,22 @@ def decode_case(
     base: tuple[torch.Tensor, torch.Tensor] | None = None,
     profiled: bool = False,
     decode_kernel: str = "model",
-) -> tuple[Any, dict[str, int]]:
+    attention_calls: int = 0,
+) -> tuple[Any, dict[str, int], float | None]:
     """Fill a cache for a ``context``-token prompt (synthetic, or a real prefill with ``policy``), then decode.
 
     ``budget`` None is the full cache. Returns the timed steps' seconds (``profiled``: the costliest
-    operators of those steps instead) and the cache's bytes before the first step. Decoding always
-    runs under a compressor (one that evicts nothing for synthetic caches), so ``decode_kernel``
-    applies to the full and the compressed cache alike.
+    operators of those steps instead), the cache's bytes before the first step, and with
+    ``attention_calls`` the median milliseconds of layer 0's attention alone for one decode query
+    (`eval.latency.headwise.attention_ms`), else None. Decoding always runs under a compressor (one
+    that evicts nothing for synthetic caches), so ``decode_kernel`` applies to the full and the
+    compressed cache alike, and head-wise layers are read by its attention function.
     """
-    reserve = warmup + steps if kind == "preallocated" else 0
+    reserve = warmup + steps if kind in ("preallocated", *HEADWISE) else 0
+    heads = model.config.num_attention_heads
+
+    def attention(cache: DynamicCache) -> float | None:
+        return attention_ms(cache.layers[0], heads, attention_calls) if attention_calls else None
 
     def run(cache: DynamicCache) -> Any:
         if not profiled:
@@ -148,9 +163,10 @@ def decode_case(
         cache = synthetic_cache(model.config, base, context if budget is None else budget, kind, reserve)
         before = cache_bytes(cache)
         with compressor_for(model, FullCache(), None, 0, decode_kernel):
-            return run(cache), before
+            return run(cache), before, attention(cache)
     assert policy is not None and ids is not None
-    with compressor_for(model, policy, budget, reserve, decode_kernel) as compressor:
+    layout = kind if kind in HEADWISE else "auto"
+    with compressor_for(model, policy, budget, reserve, decode_kernel, layout) as compressor:
         _, cache = prefill(model, ids, compressor)
         before = cache_bytes(cache)
-        return run(cache), before
+        return run(cache), before, attention(cache)
