@@ -232,6 +232,7 @@ def test_headwise_synthetic_caches_hold_the_uniform_total() -> None:
     full = layers * heads * (96 + 3) * dim * 4 * 2
     assert sizes["masked"]["allocated"] == full + layers * heads * (96 + 3)  # the full cache + a 1-byte mask
     assert sizes["masked"]["read"] == layers * heads * 96 * dim * 4 * 2  # attention reads the whole context
+    assert sizes["varlen"]["reserve"] == sizes["preallocated"]["reserve"] == layers * heads * 3 * dim * 4 * 2
 
 
 def test_headwise_synthetic_layouts_decode_the_same_tokens() -> None:
@@ -268,6 +269,7 @@ def test_headwise_layouts_in_the_benchmark(tmp_path: Path) -> None:
     rows = {r["layout"]: r for r in record["ratios"]["decode"] if "layout" in r}
     assert set(rows) == {"varlen", "masked"}
     assert rows["varlen"]["allocated_vs_logical"] == pytest.approx((40 + 3) / 40, rel=1e-3)  # reserve: 1 + 2 steps
+    assert rows["varlen"]["allocated_vs_logical_plus_reserve"] == 1.0  # nothing else is allocated
     assert rows["masked"]["allocated_vs_full"] > 1 and rows["masked"]["allocated_vs_logical"] > 2
     assert all(e["attention_ms"] > 0 for e in record["decode"])
     with pytest.raises(ValueError, match="decode_caches=\\['paged'\\]: allowed dynamic, preallocated, varlen, masked"):

@@ -123,6 +123,10 @@ def layout_ratios(entries: list[dict[str, Any]], raw: dict[tuple, list[float]]) 
             "step_vs_uniform_paired": round(statistics.median(a / b for a, b in zip(own, other, strict=True)), 4),
             "allocated_vs_uniform": round(allocated / uniform["cache_bytes_allocated"], 4),
             "allocated_vs_logical": round(allocated / e["cache_bytes_start"], 4),
+            # what else is allocated besides the kept tokens and the free decode slots (masked: the evicted ones)
+            "allocated_vs_logical_plus_reserve": round(
+                allocated / (e["cache_bytes_start"] + e["cache_bytes_reserve"]), 4
+            ),
             "allocated_vs_full": None if full is None else round(allocated / full["cache_bytes_allocated"], 4),
         }
         if e.get("attention_ms") and uniform.get("attention_ms"):
@@ -141,5 +145,6 @@ def layout_line(r: dict[str, Any]) -> str:
         f"  {r['context']:>6} tokens, budget {r['budget']}, {r['layout']} layout vs the uniform cache (same kept "
         f"tokens): step {x('step_vs_uniform')} (paired {x('step_vs_uniform_paired')}), attention alone "
         f"{x('attention_vs_uniform')}; allocated bytes {x('allocated_vs_uniform')} the uniform cache's, "
-        f"{x('allocated_vs_logical')} its own logical size, {x('allocated_vs_full')} the full cache's"
+        f"{x('allocated_vs_logical')} its own logical size ({x('allocated_vs_logical_plus_reserve')} the kept "
+        f"tokens plus the free decode slots), {x('allocated_vs_full')} the full cache's"
     )

@@ -59,9 +59,9 @@ def parameter_bytes_read(model: nn.Module) -> int:
 
 def cache_bytes(cache: DynamicCache) -> dict[str, int]:
     """A whole cache's bytes: ``logical`` (the kept tokens of every stored head), ``allocated`` (any decode
-    reserve and mask included), ``read`` (what a decode step's attention reads: everything stored, which for
-    a masked cache is the whole context), ``per_token`` (what one decoded token adds), and the mean tokens
-    per stored head and layer."""
+    reserve and mask included), ``reserve`` (the free decode slots' share of it), ``read`` (what a decode
+    step's attention reads: everything stored, which for a masked cache is the whole context),
+    ``per_token`` (what one decoded token adds), and the mean tokens per stored head and layer."""
     sizes = [layer_size(layer) for layer in cache.layers]
     stored = [
         s.logical_bytes if not isinstance(layer, MaskedLayer) else layer_size_stored(layer)
@@ -73,8 +73,20 @@ def cache_bytes(cache: DynamicCache) -> dict[str, int]:
         "allocated": sum(s.allocated_bytes for s in sizes),
         "read": sum(stored),
         "per_token": sum(step_bytes(layer) for layer in cache.layers),
+        "reserve": sum(reserve_bytes(layer) for layer in cache.layers),
         "tokens_mean": round(sum(s.head_tokens / h for s, h in zip(sizes, heads, strict=True)) / max(len(sizes), 1), 2),
     }
+
+
+def reserve_bytes(layer: DynamicLayer) -> int:
+    """Bytes of a layer's free decode slots (allocated for tokens not decoded yet), its mask included."""
+    if isinstance(layer, VarlenLayer):
+        free = sum(c - n for c, n in zip(layer.capacities, layer.lengths, strict=True))
+        return free * (layer.keys[:1].nbytes + layer.values[:1].nbytes)
+    if isinstance(layer, CompressedLayer):
+        free = layer.capacity - layer.get_seq_length()
+        return free * step_bytes(layer)
+    return 0
 
 
 def stored_heads(layer: DynamicLayer) -> int:
