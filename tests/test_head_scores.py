@@ -10,7 +10,15 @@ import torch
 from transformers import DynamicCache
 
 from baselines import HeadKV
-from eval.retrieval_heads import Probe, RetrievalProbe, build_probes, probe_scores, retrieval_scores, write_head_scores
+from eval.retrieval_heads import (
+    Probe,
+    RetrievalProbe,
+    build_probes,
+    layer_windows,
+    probe_scores,
+    retrieval_scores,
+    write_head_scores,
+)
 from restkv import compress
 from restkv.allocation import load_head_scores
 
@@ -18,18 +26,29 @@ REPO = Path(__file__).resolve().parents[1]
 MICRO = REPO / "models" / "micro-llama"
 
 
-def test_probe_argmax_equals_the_attention_argmax(make_model) -> None:
-    """The probe's per-head peaks equal those of the model's own eager attention weights."""
-    model = make_model("llama", attn="eager")
+@pytest.mark.parametrize(("arch", "sliding_window"), [("llama", None), ("mistral", 16), ("qwen3", None)])
+def test_probe_argmax_equals_the_attention_argmax(make_model, arch: str, sliding_window: int | None) -> None:
+    """The probe's per-head peaks (sdpa model, through the integration) equal those of an eager twin's own
+    attention weights: GQA (4 query heads on 2 key/value heads), Qwen3's normalised queries, Mistral's window."""
+    model = make_model(arch, attn="sdpa")
+    twin = make_model(arch, attn="eager")  # same seed: the same weights, attention computed by transformers
+    for m in (model, twin):
+        m.config.sliding_window = sliding_window
+    assert model.config.num_attention_heads == 4 and model.config.num_key_value_heads == 2
     ids = torch.randint(0, 128, (1, 60), generator=torch.Generator().manual_seed(0))
-    rows = list(range(40, 59))
-    observer = RetrievalProbe(window=1, rows=rows)
+    rows = list(range(30, 59))
+    observer = RetrievalProbe(window=1, rows=rows, sliding_windows=layer_windows(model))
+    assert layer_windows(model) == ({} if sliding_window is None else dict.fromkeys(range(2), sliding_window))
     with torch.no_grad():
-        with compress(model, observer, budget=60):
-            model(ids, cache=DynamicCache(config=model.config))
-        attentions = model(ids, output_attentions=True).attentions  # per layer [1, h, L, L]
+        with compress(model, observer, budget=60) as compressor:
+            model(ids, cache=DynamicCache())  # full layers, as probe_scores passes
+        attentions = twin(ids, output_attentions=True).attentions  # per layer [1, h, L, L]
+    assert compressor.record.kept == [60, 60]  # the probe keeps everything
+    assert sorted(observer.argmax) == [0, 1]
     for layer, weights in enumerate(attentions):
         assert torch.equal(observer.argmax[layer], weights[0, :, rows].argmax(-1))
+    if sliding_window is not None:  # every peak inside the window (without the mask, some are not)
+        assert (observer.argmax[0] > torch.tensor(rows) - sliding_window).all()
 
 
 def test_a_copying_head_scores_one(make_model) -> None:
@@ -94,21 +113,71 @@ def test_headkv_runs_on_the_micro_model_with_its_file() -> None:
     assert min(kept) == 34  # budget - budget // 1.01 = 2 past tokens, plus the 32-token window
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["--lengths", "0"], "probe length 0 is not allowed"),
-        (["--depths", "1.5"], "depth 1.5 is not allowed"),
-        (["--samples", "0"], "samples=0 is not allowed"),
-    ],
-)
-def test_bad_values_are_refused_by_name(args: list[str], message: str, tmp_path: Path, capsys) -> None:
+def test_require_correct_counts_only_tokens_the_model_predicts(make_model) -> None:
+    """With ``require_correct`` a copy counts only where the top-1 prediction is the answer token."""
+    model = make_model("llama")
+    probe = Probe(ids=[5, 6, 7, 8, 9, 10, 11, 3, 7, 8, 9], needle_start=2, needle_length=3, answer_start=8)
+    with torch.no_grad():
+        predicted = model(torch.tensor([probe.ids])).logits[0, 7:10].argmax(-1)
+    right = (predicted == torch.tensor(probe.answer)).float()
+    original = RetrievalProbe.select
+
+    def copy_everywhere(self, inputs, budget):
+        original(self, inputs, budget)
+        self.argmax[inputs.layer] = torch.tensor([2, 3, 4]).expand(inputs.num_heads, -1).clone()
+
+    RetrievalProbe.select = copy_everywhere
+    try:
+        scores = probe_scores(model, probe, require_correct=True)
+    finally:
+        RetrievalProbe.select = original
+    assert torch.allclose(scores, torch.full_like(scores, float(right.mean())))
+
+
+def _script():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("compute_head_scores", REPO / "scripts" / "compute_head_scores.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lengths", "0"], "probe length 0 is not allowed; lengths are token counts >= 64"),
+        (["--lengths", "1024", "99999"], "probe length 99999 is not allowed: the model has positions for 4096"),
+        (["--depths", "1.5"], "depth 1.5 is not allowed; depths are fractions in [0, 1]"),
+        (["--depths", "-0.1"], "depth -0.1 is not allowed"),
+        (["--samples", "0"], "samples=0 is not allowed"),
+        (["--device", "tpu"], "--device='tpu' is not a device"),
+        (["--model", "models/no-such-model"], "--model='models/no-such-model' is not a folder"),
+        (["--haystack", "/no/such/haystack"], "haystack source /no/such/haystack does not exist"),
+    ],
+)
+def test_bad_values_are_refused_by_name(args: list[str], message: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Each bad setting is named, with what is allowed, before any weights load and without writing a file."""
+    script = _script()
+
+    def no_loading(*_, **__):
+        raise AssertionError("the weights were loaded before the settings were checked")
+
+    monkeypatch.setattr(script, "load_model", no_loading)
     code = script.main(["--model", str(MICRO), "--out", str(tmp_path / "h.json"), *args])
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "h.json").exists()
+
+
+def test_the_script_writes_a_head_file(tmp_path: Path, capsys) -> None:
+    """End to end on the micro model: the file, where it went and the top heads are printed."""
+    out = tmp_path / "heads.json"
+    code = _script().main(
+        ["--model", str(MICRO), "--out", str(out), "--lengths", "128", "--depths", "0.5", "--samples", "2"]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert str(out) in printed and "top heads" in printed
+    raw = json.loads(out.read_text())
+    assert len(raw) == 24 and all(len(v) == 2 for v in raw.values())
