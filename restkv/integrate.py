@@ -1,13 +1,17 @@
-"""The only module that knows transformers: evict each layer's cache at the end of prefill.
+"""Evict each layer's cache at the end of prefill: the integration layer's entry point.
 
-One mechanism serves every supported architecture, with no copy of any model's forward code:
+The integration layer (this module, `restkv.attention`, `restkv.cache`, `restkv.layouts`) is the
+only code that knows transformers. One mechanism serves every supported architecture, with no copy
+of any model's forward code:
 
 1. the model's attention function (eager, sdpa or flash) is wrapped through transformers'
-   ``AttentionInterface`` so that, during a prefill, the exact queries the layer used
-   (position-encoded, normalised, as the model computed them) are captured;
+   ``AttentionInterface`` (`restkv.attention`) so that, during a prefill, the exact queries the
+   layer used (position-encoded, normalised, as the model computed them) are captured, and later
+   steps are computed over whatever layout the cache is stored in;
 2. a forward hook on each attention module, which runs right after the layer's attention,
    hands the captured queries and the layer's cache to the policy and replaces the layer's
-   cache by the kept tokens.
+   cache by the kept tokens, stored dense, variable-length (heads keeping different numbers) or
+   masked (`restkv.layouts`).
 
 Eviction happens once per prompt, when a forward starts from an empty cache with more than one
 token; later forwards (a question appended after eviction, decoding) append to the compressed
