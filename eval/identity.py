@@ -12,6 +12,11 @@ first used; a later run whose identity differs is refused with both identities s
   identity or nothing yet;
 - ``adopt``: declare the folder's predictions to be of this experiment (e.g. after a cosmetic edit)
   and record the new identity.
+
+A key a newer restkv added (a new policy knob, a new top-level setting) is absent from identities
+written before it; at its default it reproduces the older behaviour, so a saved identity that lacks
+it matches a run that has it at that default (``added_defaults``), and resuming such a folder after
+an upgrade needs no ``adopt``. Any other value of the key is a different experiment.
 """
 
 from __future__ import annotations
@@ -69,6 +74,20 @@ def _holds_results(folder: Path) -> bool:
     return predictions.exists() and predictions.stat().st_size > 0
 
 
+def with_added_defaults(saved: dict[str, Any], identity: dict[str, Any], defaults: dict[tuple, Any]) -> dict[str, Any]:
+    """``saved`` with every key of ``defaults`` (a path into the identity) it lacks filled in, where this
+    run's identity holds that key at exactly that default (see the module docstring)."""
+    filled = json.loads(json.dumps(saved))
+    for path, default in defaults.items():
+        *parents, key = path
+        node, new = filled, identity
+        for part in parents:
+            node, new = node.get(part) if isinstance(node, dict) else None, new.get(part, {})
+        if isinstance(node, dict) and isinstance(new, dict) and key not in node and new.get(key, object()) == default:
+            node[key] = default
+    return filled
+
+
 def _mismatch(folder: Path, saved: dict[str, Any] | None, identity: dict[str, Any]) -> str | None:
     """Why ``folder`` cannot take this run's predictions, or None when it can."""
     if saved is None:
@@ -92,11 +111,16 @@ def _mismatch(folder: Path, saved: dict[str, Any] | None, identity: dict[str, An
 
 @contextlib.contextmanager
 def claimed_folder(
-    folder: Path, identity: dict[str, Any], on_change: str, lock: Callable[[Path], ContextManager[Any]]
+    folder: Path,
+    identity: dict[str, Any],
+    on_change: str,
+    lock: Callable[[Path], ContextManager[Any]],
+    added_defaults: dict[tuple, Any] | None = None,
 ) -> Iterator[Path]:
     """Hold the folder this run writes to (``folder`` or a sibling) under ``lock``, its identity recorded.
 
     Raises `IdentityMismatch` when ``folder`` holds another experiment and ``on_change`` is ``refuse``.
+    ``added_defaults``: keys (paths into the identity) a saved identity may lack at these defaults.
     The identity is checked while the folder is locked, so two runs started together cannot both
     claim it.
     """
@@ -104,7 +128,10 @@ def claimed_folder(
     while True:
         candidate.mkdir(parents=True, exist_ok=True)
         with lock(candidate):
-            reason = _mismatch(candidate, _saved(candidate), identity)
+            saved = _saved(candidate)
+            if saved is not None and added_defaults:
+                saved = with_added_defaults(saved, identity, added_defaults)
+            reason = _mismatch(candidate, saved, identity)
             if reason is None or on_change == "adopt":
                 _write(candidate / IDENTITY, identity)
                 yield candidate

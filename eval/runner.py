@@ -27,6 +27,7 @@ from eval.sample import Sample
 from eval.validate import check_config
 from restkv import Budget, compress
 from restkv.devices import pick_device
+from restkv.registry import policy_defaults
 
 if not OmegaConf.has_resolver("range_list"):
     # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid
@@ -199,11 +200,28 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
     return summary
 
 
+ADDED_SETTINGS = {"layout": "auto"}
+"""Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
+
+
+def added_defaults(policy: str) -> dict[tuple, Any]:
+    """What an identity written by an earlier restkv may lack and still be this run: every knob of the
+    policy at its default, and the top-level settings added since (see `eval.identity`)."""
+    try:
+        knobs = policy_defaults(policy)
+    except ValueError:
+        knobs = {}
+    defaults: dict[tuple, Any] = {("config", "policy", k): v for k, v in knobs.items()}
+    defaults.update({("config", k): v for k, v in ADDED_SETTINGS.items()})
+    return defaults
+
+
 def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
     """Evaluate every sample not yet in the run folder; write metrics; return the summary."""
     plan = plan_run(cfg, settings)
     on_change = cfg.get("on_change", "refuse")
-    with claimed_folder(plan.folder, plan.identity, on_change, RunLock) as folder:
+    defaults = added_defaults(settings.policy)
+    with claimed_folder(plan.folder, plan.identity, on_change, RunLock, defaults) as folder:
         (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         with PredictionLog(folder) as log:
             evaluate_missing(plan, log, cfg, f"{settings.bench}/{settings.policy}@{plan.budget}")

@@ -137,6 +137,29 @@ def test_a_config_edited_between_runs_is_refused_or_gets_its_own_folder(tmp_path
     assert len((folder / PREDICTIONS).read_text().splitlines()) == 8
 
 
+def test_a_folder_written_before_new_knobs_existed_resumes_at_their_defaults(tmp_path: Path) -> None:
+    """An identity without the knobs a newer restkv added (here: the head-wise allocation's and the
+    layout) is the same experiment when they are at their defaults, and another one otherwise."""
+    out = tmp_path / "out"
+    run_here(out, "limit=2")
+    (identity_file,) = out.rglob("identity.json")
+    saved = json.loads(identity_file.read_text())
+    for knob in ("allocation", "floor", "allocation_normalize", "head_scores", "head_beta"):
+        del saved["config"]["policy"][knob]
+    del saved["config"]["layout"]
+    identity_file.write_text(json.dumps(saved))
+    run_here(out, "limit=4")  # resumes: two more predictions in the same folder
+    assert len(predictions(out)) == 4
+    # at another value the key makes another experiment (a command-line override gets its own folder anyway)
+    from eval.identity import with_added_defaults
+
+    new = {"config": {"layout": "masked", "policy": {"floor": 0.2}}}
+    filled = with_added_defaults(
+        {"config": {"policy": {}}}, new, {("config", "layout"): "auto", ("config", "policy", "floor"): 0.2}
+    )
+    assert filled == {"config": {"policy": {"floor": 0.2}}}  # floor filled in (at its default), layout not
+
+
 def _local_model(folder: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
