@@ -274,3 +274,91 @@ def test_headwise_layouts_in_the_benchmark(tmp_path: Path) -> None:
     assert all(e["attention_ms"] > 0 for e in record["decode"])
     with pytest.raises(ValueError, match="decode_caches=\\['paged'\\]: allowed dynamic, preallocated, varlen, masked"):
         tiny_settings(tmp_path, decode_caches=["paged"])
+
+
+@pytest.mark.parametrize("kind", ["varlen", "masked"])
+def test_headwise_layouts_with_equal_heads_decode_as_the_dense_cache(kind: str) -> None:
+    """Equivalence: with every head keeping the budget (spread 0), a head-wise layout is the uniform cache."""
+    from eval.latency.headwise import headwise_lengths
+
+    assert headwise_lengths(2, 16, 64, spread=0.0) == [16, 16]
+    config = model_config(tiny_settings(Path(".")))
+    model = random_model(config, torch.float32, torch.device("cpu"))
+    base = synthetic_base(config, 64, torch.float32, torch.device("cpu"))
+    results = []
+    for name in ("preallocated", kind):
+        cache = synthetic_cache(config, base, 16, name, reserve=2, spread=0.0)
+        if kind == "varlen" and name == kind:
+            assert all(layer.lengths == [16, 16] for layer in cache.layers)
+        with torch.no_grad(), compress(model, FullCache(), budget=1 << 20):
+            results.append([forward(model, torch.tensor([[5]]), cache, 64 + i) for i in range(3)])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_headwise_layer_sizes_by_hand() -> None:
+    """layer_size of a synthetic varlen layer: (sum of lengths + heads * reserve) * head_dim * (k, v) * 4 B."""
+    from eval.latency.headwise import headwise_lengths
+    from eval.latency.modeling import cache_bytes
+
+    config = model_config(tiny_settings(Path(".")))
+    base = synthetic_base(config, 96, torch.float32, torch.device("cpu"))
+    heads, dim, layers = config.num_key_value_heads, base[0].shape[-1], config.num_hidden_layers
+    lengths = headwise_lengths(heads, 40, 96)
+    assert lengths != [40] * heads and sum(lengths) == heads * 40
+    for reserve in (0, 5):
+        sizes = cache_bytes(synthetic_cache(config, base, 40, "varlen", reserve=reserve))
+        per_layer = (sum(lengths) + heads * reserve) * dim * 2 * 4
+        assert sizes["allocated_per_layer"] == [per_layer] * layers and sizes["allocated"] == layers * per_layer
+        assert sizes["logical_per_layer"] == [sum(lengths) * dim * 2 * 4] * layers
+        assert sizes["layer_kinds"] == ["VarlenLayer"]
+        if reserve == 0:
+            assert sizes["allocated"] == sizes["logical"]  # exactly the kept tokens
+
+
+def test_headwise_layouts_after_a_real_prefill(tmp_path: Path) -> None:
+    """decode_fill=prefill: the compressor stores AdaKV's head-wise selection in the layout each kind names."""
+    settings = tiny_settings(
+        tmp_path,
+        prefill=False,
+        memory=False,
+        plots=False,
+        decode_fill="prefill",
+        decode_policy="adakv",
+        policy_knobs={"adakv": {"window": 8}},
+        decode_caches=["preallocated", "varlen", "masked"],
+        repeats=1,
+    )
+    record = run(settings, "test")
+    kinds = {(e["budget"], e["cache"]): e["cache_layer_kinds"] for e in record["decode"]}
+    assert kinds == {
+        (None, "preallocated"): ["CompressedLayer"],
+        (40, "preallocated"): ["VarlenLayer"],  # layout=auto stores a head-wise selection varlen
+        (40, "varlen"): ["VarlenLayer"],
+        (40, "masked"): ["MaskedLayer"],
+    }
+    rows = {r["layout"]: r for r in record["ratios"]["decode"] if "layout" in r}
+    assert rows["varlen"]["allocated_vs_uniform"] == 1.0 and rows["varlen"]["allocated_vs_logical_plus_reserve"] == 1.0
+    assert rows["masked"]["allocated_vs_full"] > 1
+    for e in record["decode"]:
+        assert sum(e["cache_bytes_per_layer"]["allocated"]) == e["cache_bytes_allocated"]
+
+
+def test_headwise_rows_in_the_printed_report(tmp_path: Path) -> None:
+    from eval.latency.report import tables
+
+    settings = tiny_settings(
+        tmp_path,
+        prefill=False,
+        memory=False,
+        plots=True,
+        decode_caches=["preallocated", "varlen", "masked"],
+        decode_attention_only=True,
+        decode_attention_calls=2,
+        repeats=1,
+    )
+    record = run(settings, "test")
+    text = tables(record)
+    assert "attn ms" in text and "alloc MiB" in text and "attention_ms (decode_attention_only)" in text
+    assert "varlen layout vs the uniform cache" in text and "masked layout vs the uniform cache" in text
+    assert (tmp_path / "test-latency.png").stat().st_size > 1000

@@ -11,6 +11,11 @@ the budget), so that a step over each is timed at equal work:
 
 Head ``h`` keeps the first ``n_h`` positions in both, so both compute the same attention. The full
 cache has no head-wise variant (nothing is evicted): those jobs are not run.
+
+With ``decode_fill: prefill`` the compressor stores ``decode_policy``'s real selection with
+``layout='varlen'`` or ``'masked'``; a head-wise policy (``adakv``) gives uneven heads. Its
+``preallocated`` entry then uses ``layout='auto'``, which stores a head-wise selection varlen too
+(the entry's ``cache_layer_kinds`` says so): a dense uniform reference needs a uniform policy.
 """
 
 from __future__ import annotations
@@ -29,13 +34,27 @@ from restkv.layouts import MaskedLayer, VarlenLayer
 from restkv.varlen import reference_attention
 
 HEADWISE = ("varlen", "masked")
+ATTENTION_NOTE = (
+    "attention_ms (decode_attention_only): layer 0's attention alone for one random decode query, the median of "
+    "decode_attention_calls calls in each round (rounds alternate the configurations), median over rounds: "
+    "torch SDPA (enable_gqa) over a dense layer's keys/values, SDPA with MaskedLayer.attention_mask for a masked "
+    "one, restkv.varlen.reference_attention (one small attention per key/value head) for a varlen one"
+)
+SPREAD = 0.75
+"""Head ``h`` of ``H`` keeps about ``tokens * (1 - SPREAD + 2 * SPREAD * h / (H - 1))``: 0.25x to 1.75x the budget."""
 
 
-def headwise_lengths(heads: int, tokens: int, limit: int) -> list[int]:
-    """Uneven per-head counts summing to ``heads * tokens`` (each at most ``limit``): a linear ramp."""
+def headwise_lengths(heads: int, tokens: int, limit: int, spread: float = SPREAD) -> list[int]:
+    """Uneven per-head counts summing to ``heads * tokens`` (each at most ``limit``): a linear ramp.
+
+    ``spread`` in [0, 1) sets how uneven: 0 gives every head ``tokens`` (the uniform cache's counts,
+    which the equivalence tests use), the default a ramp from a quarter to 1.75 times ``tokens``.
+    """
+    if not 0 <= spread < 1:
+        raise ValueError(f"spread={spread}: must be in [0, 1)")
     if heads == 1:
         return [min(tokens, limit)]
-    weights = [0.25 + 1.5 * h / (heads - 1) for h in range(heads)]
+    weights = [1 - spread + 2 * spread * h / (heads - 1) for h in range(heads)]
     lengths = [min(limit, max(1, int(tokens * w))) for w in weights]
     short = heads * tokens - sum(lengths)
     for h in sorted(range(heads), key=lambda h: -weights[h]) * (abs(short) + 1):  # hand out the rounding
@@ -48,10 +67,15 @@ def headwise_lengths(heads: int, tokens: int, limit: int) -> list[int]:
     return lengths
 
 
-def synthetic_headwise_layer(keys: torch.Tensor, values: torch.Tensor, tokens: int, kind: str, reserve: int):
-    """A ``varlen`` or ``masked`` layer over ``keys``/``values`` ``[1, h_kv, L, d]`` keeping ``h_kv * tokens``."""
+def synthetic_headwise_layer(
+    keys: torch.Tensor, values: torch.Tensor, tokens: int, kind: str, reserve: int, spread: float = SPREAD
+) -> DynamicLayer:
+    """A ``varlen`` or ``masked`` layer over ``keys``/``values`` ``[1, h_kv, L, d]`` keeping ``h_kv * tokens``.
+
+    Head ``h`` keeps its first ``n_h`` positions (`headwise_lengths`) in both layouts.
+    """
     heads, length = keys.shape[1], keys.shape[2]
-    lengths = headwise_lengths(heads, tokens, length)
+    lengths = headwise_lengths(heads, tokens, length, spread)
     if kind == "varlen":
         flat_keys = torch.cat([keys[0, h, :n] for h, n in enumerate(lengths)])
         flat_values = torch.cat([values[0, h, :n] for h, n in enumerate(lengths)])

@@ -6,13 +6,15 @@ same kernels on the same amounts of data.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, DynamicCache, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 from transformers.initialization import no_init_weights
 
-from eval.latency.headwise import HEADWISE, step_bytes, synthetic_headwise_layer
+from eval.latency.headwise import HEADWISE, SPREAD, step_bytes, synthetic_headwise_layer
 from restkv.cache import CompressedLayer
 from restkv.layouts import MaskedLayer, VarlenLayer, layer_size
 
@@ -57,11 +59,16 @@ def parameter_bytes_read(model: nn.Module) -> int:
     return total
 
 
-def cache_bytes(cache: DynamicCache) -> dict[str, int]:
-    """A whole cache's bytes: ``logical`` (the kept tokens of every stored head), ``allocated`` (any decode
-    reserve and mask included), ``reserve`` (the free decode slots' share of it), ``read`` (what a decode
-    step's attention reads: everything stored, which for a masked cache is the whole context),
-    ``per_token`` (what one decoded token adds), and the mean tokens per stored head and layer."""
+def cache_bytes(cache: DynamicCache) -> dict[str, Any]:
+    """A whole cache's bytes, from `restkv.layouts.layer_size` for every layer kind.
+
+    ``logical`` (the kept tokens of every stored head), ``allocated`` (any decode reserve and mask
+    included), ``reserve`` (the free decode slots' share of it), ``read`` (what a decode step's
+    attention reads: everything stored, which for a masked cache is the whole context), ``per_token``
+    (what one decoded token adds), the mean tokens per stored head and layer, ``logical_per_layer`` and
+    ``allocated_per_layer`` (head-wise policies give layers different totals), and ``layer_kinds``
+    (the layer classes present: shows which layout a prefill's ``auto`` actually stored).
+    """
     sizes = [layer_size(layer) for layer in cache.layers]
     stored = [
         s.logical_bytes if not isinstance(layer, MaskedLayer) else layer_size_stored(layer)
@@ -75,6 +82,9 @@ def cache_bytes(cache: DynamicCache) -> dict[str, int]:
         "per_token": sum(step_bytes(layer) for layer in cache.layers),
         "reserve": sum(reserve_bytes(layer) for layer in cache.layers),
         "tokens_mean": round(sum(s.head_tokens / h for s, h in zip(sizes, heads, strict=True)) / max(len(sizes), 1), 2),
+        "logical_per_layer": [s.logical_bytes for s in sizes],
+        "allocated_per_layer": [s.allocated_bytes for s in sizes],
+        "layer_kinds": sorted({type(layer).__name__ for layer in cache.layers}),
     }
 
 
@@ -115,7 +125,12 @@ def synthetic_base(config: PretrainedConfig, length: int, dtype: torch.dtype, de
 
 
 def synthetic_cache(
-    config: PretrainedConfig, base: tuple[torch.Tensor, torch.Tensor], tokens: int, kind: str, reserve: int
+    config: PretrainedConfig,
+    base: tuple[torch.Tensor, torch.Tensor],
+    tokens: int,
+    kind: str,
+    reserve: int,
+    spread: float = SPREAD,
 ) -> DynamicCache:
     """A cache holding ``tokens`` tokens per layer, as a prefill (+ eviction) would leave it.
 
@@ -123,7 +138,8 @@ def synthetic_cache(
     transformers `DynamicLayer` for the full cache and an unbuffered `CompressedLayer` after eviction,
     both growing by concatenation; ``preallocated``: a `CompressedLayer` with ``reserve`` free slots,
     what `restkv.KVCompressor` builds with ``decode_reserve``; ``varlen``/``masked``: the head-wise layouts
-    with the same total kept tokens per layer (`eval.latency.headwise`), with ``reserve``.
+    with the same total kept tokens per layer (`eval.latency.headwise`), with ``reserve``; ``spread``
+    sets how unevenly their heads share it (0: every head ``tokens``).
     """
     keys, values = base
     full = tokens >= keys.shape[2]
@@ -131,7 +147,7 @@ def synthetic_cache(
     for index in range(config.num_hidden_layers):
         k, v = keys[:, :, :tokens], values[:, :, :tokens]
         if kind in HEADWISE:
-            layer = synthetic_headwise_layer(keys, values, tokens, kind, reserve)
+            layer = synthetic_headwise_layer(keys, values, tokens, kind, reserve, spread)
         elif kind == "preallocated":
             layer: DynamicLayer = CompressedLayer(k, v, reserve=reserve)
         elif full:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eval.latency.bounds import bound_ms, decode_bytes
-from eval.latency.headwise import layout_line, layout_ratios
+from eval.latency.headwise import ATTENTION_NOTE, layout_line, layout_ratios
 from eval.latency.scoring import AUTHORS
 from eval.latency.settings import Settings
 from eval.latency.timing import FULL
@@ -52,9 +52,20 @@ def prefill_entry(run: dict[str, Any], token_bytes: int) -> dict[str, Any]:
         "cache_bytes_before_eviction": job["context"] * token_bytes,
         "cache_bytes_after_eviction": cache["logical"],
         "cache_bytes_allocated": cache["allocated"],
+        **_per_layer(cache),
     }
     entry.update(_memory_fields(run.get("memory")))
     return entry
+
+
+def _per_layer(cache: dict[str, Any]) -> dict[str, Any]:
+    """Per-layer logical/allocated bytes and the layer classes, where the measurement recorded them."""
+    if "logical_per_layer" not in cache:
+        return {}
+    return {
+        "cache_bytes_per_layer": {"logical": cache["logical_per_layer"], "allocated": cache["allocated_per_layer"]},
+        "cache_layer_kinds": cache["layer_kinds"],
+    }
 
 
 def _significant(value: float, digits: int = 6) -> float:
@@ -90,6 +101,7 @@ def decode_entry(run: dict[str, Any], settings: Settings, parameter_bytes: int, 
         "cache_bytes_start": cache["logical"],
         "cache_bytes_allocated": cache["allocated"],
         "cache_bytes_reserve": cache.get("reserve", 0),
+        **_per_layer(cache),
         "parameter_bytes_read": parameter_bytes,
         "bytes_read_per_step": round(read),
         "bound_ms": _significant(bound),
@@ -244,6 +256,7 @@ def summarize(settings: Settings, raw: dict[str, Any], token_bytes: int, command
     }
     method = next((r["memory"]["method"] for r in runs if r.get("memory")), None)
     notes = [SYNTHETIC_NOTE] if decode and settings.decode_fill == "synthetic" else []
+    notes += [ATTENTION_NOTE] if any("attention_ms" in e for e in decode) else []
     notes.append(f"random weights with the shape's config.json (no download); {ALTERNATION_NOTE}")
     model = {
         "parameters": raw["parameters"],
@@ -346,6 +359,7 @@ def _prefill_row(e: dict[str, Any]) -> str:
 def _decode_row(e: dict[str, Any]) -> str:
     return (
         f"{e['context']:>7}  {e['cache']:<12} {e['label']:<10} {e['ms_per_token_median']:8.2f}"
+        f"  {_shown(e.get('attention_ms'), spec='.3f'):>7}  {_mib(e['cache_bytes_allocated']):>9}"
         f"  {e['bytes_read_per_step'] / 1e9:13.3f}  {e['bound_ms']:8.2f}  {e['achieved_over_bound']:14.2f}"
         f"  {_gib(e['peak_memory_delta_bytes']):>14}"
     )
@@ -367,8 +381,8 @@ TABLES: tuple[tuple[str, str, Callable[[dict[str, Any]], str]], ...] = (
     ),
     (
         "decode",
-        "decode         context  cache         kept     ms/token  bytes/step GB  bound ms  achieved/bound"
-        "  peak delta GiB",
+        "decode         context  cache         kept     ms/token  attn ms  alloc MiB  bytes/step GB  bound ms"
+        "  achieved/bound  peak delta GiB",
         _decode_row,
     ),
     ("scoring", "scoring        context  budget  variant          seconds  peak MiB  over inputs MiB", _scoring_row),
