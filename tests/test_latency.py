@@ -254,16 +254,22 @@ def test_headwise_synthetic_layouts_decode_the_same_tokens() -> None:
 
 
 def test_headwise_layouts_in_the_benchmark(tmp_path: Path) -> None:
+    from eval.latency.report import tables
+
     settings = tiny_settings(
         tmp_path,
         prefill=False,
         memory=False,
-        plots=False,
         decode_caches=["preallocated", "varlen", "masked"],
         decode_attention_only=True,
         decode_attention_calls=3,
+        plots=True,
     )
     record = run(settings, "test")
+    text = tables(record)  # the printed report: the new columns, the note, both layout rows; and the plot
+    assert "attn ms" in text and "alloc MiB" in text and "attention_ms (decode_attention_only)" in text
+    assert "varlen layout vs the uniform cache" in text and "masked layout vs the uniform cache" in text
+    assert (tmp_path / "test-latency.png").stat().st_size > 1000
     kinds = {(e["budget"], e["cache"]) for e in record["decode"]}
     assert kinds == {(None, "preallocated"), (40, "preallocated"), (40, "varlen"), (40, "masked")}
     rows = {r["layout"]: r for r in record["ratios"]["decode"] if "layout" in r}
@@ -342,23 +348,3 @@ def test_headwise_layouts_after_a_real_prefill(tmp_path: Path) -> None:
     assert rows["masked"]["allocated_vs_full"] > 1
     for e in record["decode"]:
         assert sum(e["cache_bytes_per_layer"]["allocated"]) == e["cache_bytes_allocated"]
-
-
-def test_headwise_rows_in_the_printed_report(tmp_path: Path) -> None:
-    from eval.latency.report import tables
-
-    settings = tiny_settings(
-        tmp_path,
-        prefill=False,
-        memory=False,
-        plots=True,
-        decode_caches=["preallocated", "varlen", "masked"],
-        decode_attention_only=True,
-        decode_attention_calls=2,
-        repeats=1,
-    )
-    record = run(settings, "test")
-    text = tables(record)
-    assert "attn ms" in text and "alloc MiB" in text and "attention_ms (decode_attention_only)" in text
-    assert "varlen layout vs the uniform cache" in text and "masked layout vs the uniform cache" in text
-    assert (tmp_path / "test-latency.png").stat().st_size > 1000
