@@ -12,12 +12,26 @@ from baselines.adakv import AdaKV
 from baselines.full import FullCache
 from baselines.h2o import H2O
 from baselines.headkv import HeadKV
+from baselines.l2norm import KNorm, L2Norm
 from baselines.pyramidkv import PyramidKV
 from baselines.random import RandomEviction
 from baselines.snapkv import SnapKV
 from baselines.streamingllm import StreamingLLM
+from baselines.tova import TOVA
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["H2O", "AdaKV", "FullCache", "HeadKV", "PyramidKV", "RandomEviction", "SnapKV", "StreamingLLM"]
+__all__ = [
+    "H2O",
+    "TOVA",
+    "AdaKV",
+    "FullCache",
+    "HeadKV",
+    "KNorm",
+    "L2Norm",
+    "PyramidKV",
+    "RandomEviction",
+    "SnapKV",
+    "StreamingLLM",
+]

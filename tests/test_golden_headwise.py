@@ -115,3 +115,20 @@ def test_adakv_shares_the_layer_budget(case: dict, tensors: dict[str, torch.Tens
     assert (capacities + case["window_size"]).tolist() == case["head_lens"]
     assert (capacities >= int(base * case["floor"])).all()
     assert abs(int(capacities.sum()) - case["heads"] * base) <= case["heads"]  # rounding only
+
+
+L2NORM_CASES = [c for c in json.loads(INDEX.read_text())["cases"] if c["policy"] == "l2norm"]
+
+
+@pytest.mark.parametrize("case", L2NORM_CASES, ids=[c["name"] for c in L2NORM_CASES])
+def test_l2norm_case_matches_reference(case: dict, tensors: dict[str, torch.Tensor]) -> None:
+    """The authors' L2Norm: each head's ``budget`` smallest-norm keys, no window reserved."""
+    from baselines import L2Norm
+
+    keys = tensors[f"{case['name']}.key"]
+    inputs = LayerInputs(
+        queries=keys[:, :, -1:], keys=keys, values=tensors[f"{case['name']}.value"], layer=0, num_layers=1
+    )
+    kept = L2Norm(gqa="expand").select(inputs, Budget(case["max_capacity_prompt"]))
+    assert kept is not None and kept.shape[-1] == case["kept_len"]
+    assert torch.equal(kept, tensors[f"{case['name']}.kept"])

@@ -229,3 +229,31 @@ def test_gemm_decode_kernel_matches_the_model_kernel(arch: str, attn: str, dtype
 def test_unknown_decode_kernel_is_rejected(make_model) -> None:
     with pytest.raises(ValueError, match="decode_kernel='fast' is not allowed; choose one of: model, gemm"):
         compress(make_model(), ReSTKV(window=WINDOW), budget=BUDGET, decode_kernel="fast")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("gqa", ["mean", "expand"])
+@pytest.mark.parametrize("name", ["knorm", "l2norm", "tova"])
+def test_norm_and_last_query_policies_decode_over_their_kept_tokens(arch: str, gqa: str, name: str, make_model) -> None:
+    """KNorm, L2Norm (no window reserved) and TOVA: the right counts, and decoding equals the oracle."""
+    from restkv import get_policy
+
+    model = make_model(arch)
+    policy = get_policy(name, gqa=gqa, window=1 if name == "tova" else WINDOW)
+    ids = prompt()
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad(), compress(model, policy, BUDGET) as compressor:
+        token = model(ids, cache=cache).logits[:, -1:].argmax(-1)
+        step = model(token, cache=cache, position_ids=torch.tensor([[PROMPT]])).logits[0, -1]
+    heads = model.config.num_attention_heads if gqa == "expand" else model.config.num_key_value_heads
+    for indices in compressor.record.indices:
+        assert indices.shape == (1, heads, BUDGET) and (indices[0].diff(dim=-1) > 0).all()
+        if name == "tova":  # one choice for the whole layer, and the last token kept
+            assert (indices[0] == indices[0, :1]).all() and (indices[0, :, -1] == PROMPT - 1).all()
+    with torch.no_grad():
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = oracle_attention(compressor.record.indices, PROMPT)
+        try:
+            reference = model(torch.cat([ids, token], dim=1)).logits[0, -1]
+        finally:
+            del ALL_ATTENTION_FUNCTIONS["sdpa"]
+    torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-4)

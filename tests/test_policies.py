@@ -31,12 +31,15 @@ def test_registry_knows_every_policy() -> None:
         "full",
         "h2o",
         "headkv",
+        "knorm",
         "kvpress",
+        "l2norm",
         "pyramidkv",
         "random",
         "restkv",
         "snapkv",
         "streamingllm",
+        "tova",
     ]
     assert get_policy("restkv", alpha=0.5).alpha == 0.5
 
