@@ -20,14 +20,26 @@ from eval.collect import format_grid
 from eval.run import CONFIGS
 from eval.runner import RunSettings, run_benchmark
 
-POLICIES = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "adakv", "restkv", "ada_restkv"]
+POLICIES = [
+    "full",
+    "streamingllm",
+    "h2o",
+    "tova",
+    "knorm",
+    "l2norm",
+    "snapkv",
+    "pyramidkv",
+    "adakv",
+    "restkv",
+    "ada_restkv",
+]
 DEFAULT_TASKS = {
     # micro-llama's full cache solves these at 2048 tokens (its model card): needles in an essay
     # (one key; four keys, one asked; one key's four values) and the passkey in repeated noise
     "micro": ["micro_single_2", "micro_multikey_1", "micro_multivalue", "passkey"],
     "ruler": ["niah_single_1", "niah_single_2", "niah_multikey_1"],
 }
-DEFAULT_SAMPLES = {"micro": 5, "ruler": 10}  # 20-30 prompts per cell; the micro default takes 7 minutes on 2 CPU cores
+DEFAULT_SAMPLES = {"micro": 5, "ruler": 10}  # 20-30 prompts per cell; the micro default: ~10 min on 2 CPU cores
 
 
 def run(bench: str, policy: str, budget: str, args: argparse.Namespace) -> dict:
