@@ -234,11 +234,22 @@ class MaskedLayer(CompressedLayer):
 
 @dataclass(frozen=True)
 class LayerSize:
-    """One layer's cache: tokens kept summed over its stored heads, their bytes, and the bytes allocated."""
+    """One layer's cache: what it keeps, what it costs, and what a decode step reads and adds.
+
+    ``head_tokens``: tokens kept summed over ``heads`` (the stored heads; a masked layer's mask heads);
+    ``logical_bytes``: their keys and values; ``allocated_bytes``: everything allocated (decode reserve
+    and mask included), of which ``reserve_bytes`` are free decode slots; ``read_bytes``: the keys and
+    values a decode step's attention reads (a masked layer's whole context); ``token_bytes``: what one
+    decoded token adds.
+    """
 
     head_tokens: int
     logical_bytes: int
     allocated_bytes: int
+    heads: int = 1
+    read_bytes: int = 0
+    reserve_bytes: int = 0
+    token_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -253,23 +264,30 @@ def _nbytes(*tensors: torch.Tensor | None) -> int:
 
 
 def layer_size(layer: DynamicLayer) -> LayerSize:
-    """Logical size (kept tokens x heads, and their key + value bytes) and allocated bytes of a layer."""
+    """The `LayerSize` of any layer kind: dynamic, compressed (dense), varlen or masked."""
     if isinstance(layer, VarlenLayer):
         tokens = sum(layer.lengths)
-        per_token = _nbytes(layer.keys[:1], layer.values[:1])
-        return LayerSize(tokens, tokens * per_token, _nbytes(layer.keys, layer.values))
+        row = _nbytes(layer.keys[:1], layer.values[:1])  # one token of one head
+        free = sum(c - n for c, n in zip(layer.capacities, layer.lengths, strict=True))
+        allocated = _nbytes(layer.keys, layer.values)
+        return LayerSize(tokens, tokens * row, allocated, layer.heads, tokens * row, free * row, layer.heads * row)
     keys, values = layer.keys, layer.values
     if keys is None or not torch.is_tensor(keys) or keys.dim() != 4:
         return LayerSize(0, 0, 0)
     heads, length = keys.shape[1], keys.shape[2]
-    per_token = keys.shape[3] * keys.element_size() + values.shape[3] * values.element_size()
+    row = keys.shape[3] * keys.element_size() + values.shape[3] * values.element_size()
+    stored = heads * length * row
+    free = layer.capacity - length if isinstance(layer, CompressedLayer) else 0
+    buffers = (layer._key_buffer, layer._value_buffer) if isinstance(layer, CompressedLayer) else (None, None)
+    allocated = _nbytes(*buffers) if buffers[0] is not None else _nbytes(keys, values)
     if isinstance(layer, MaskedLayer):
         tokens = int(layer.visible.sum())  # over the mask's heads (query heads under gqa='expand')
-        stored = (layer._key_buffer, layer._value_buffer) if layer._key_buffer is not None else (keys, values)
-        return LayerSize(tokens, tokens * per_token, _nbytes(*stored, layer._visible))
-    if isinstance(layer, CompressedLayer) and layer._key_buffer is not None:
-        return LayerSize(heads * length, heads * length * per_token, _nbytes(layer._key_buffer, layer._value_buffer))
-    return LayerSize(heads * length, heads * length * per_token, _nbytes(keys, values))
+        mask_heads = layer.visible.shape[1]
+        step = heads * row + mask_heads  # the keys and values, and one mask byte per mask head
+        return LayerSize(
+            tokens, tokens * row, allocated + _nbytes(layer._visible), mask_heads, stored, free * step, step
+        )
+    return LayerSize(heads * length, stored, allocated, heads, stored, free * heads * row, heads * row)
 
 
 def store(

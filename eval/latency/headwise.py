@@ -88,15 +88,6 @@ def synthetic_headwise_layer(
     raise ValueError(f"head-wise cache kind {kind!r} is not one of {', '.join(HEADWISE)}")
 
 
-def step_bytes(layer: DynamicLayer) -> int:
-    """Bytes one decoded token adds to ``layer`` (keys and values of every stored head, and the mask)."""
-    if isinstance(layer, VarlenLayer):
-        return layer.heads * (layer.keys[:1].numel() * layer.keys.element_size() + layer.values[:1].nbytes)
-    keys, values = layer.keys, layer.values
-    dense = keys.shape[1] * (keys.shape[3] * keys.element_size() + values.shape[3] * values.element_size())
-    return dense + (layer.visible.shape[1] if isinstance(layer, MaskedLayer) else 0)
-
-
 def _attention(layer: DynamicLayer, query: torch.Tensor, scaling: float) -> Any:
     """The layer's attention for one decode query, as the integration computes it for this layout."""
     if isinstance(layer, VarlenLayer):

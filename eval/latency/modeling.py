@@ -14,9 +14,9 @@ from transformers import AutoModelForCausalLM, DynamicCache, PretrainedConfig, P
 from transformers.cache_utils import DynamicLayer
 from transformers.initialization import no_init_weights
 
-from eval.latency.headwise import HEADWISE, SPREAD, step_bytes, synthetic_headwise_layer
+from eval.latency.headwise import HEADWISE, SPREAD, synthetic_headwise_layer
 from restkv.cache import CompressedLayer
-from restkv.layouts import MaskedLayer, VarlenLayer, layer_size
+from restkv.layouts import layer_size
 
 
 def random_model(config: PretrainedConfig, dtype: torch.dtype, device: torch.device, seed: int = 0) -> PreTrainedModel:
@@ -70,48 +70,17 @@ def cache_bytes(cache: DynamicCache) -> dict[str, Any]:
     (the layer classes present: shows which layout a prefill's ``auto`` actually stored).
     """
     sizes = [layer_size(layer) for layer in cache.layers]
-    stored = [
-        s.logical_bytes if not isinstance(layer, MaskedLayer) else layer_size_stored(layer)
-        for s, layer in zip(sizes, cache.layers, strict=True)
-    ]
-    heads = [stored_heads(layer) for layer in cache.layers]
     return {
         "logical": sum(s.logical_bytes for s in sizes),
         "allocated": sum(s.allocated_bytes for s in sizes),
-        "read": sum(stored),
-        "per_token": sum(step_bytes(layer) for layer in cache.layers),
-        "reserve": sum(reserve_bytes(layer) for layer in cache.layers),
-        "tokens_mean": round(sum(s.head_tokens / h for s, h in zip(sizes, heads, strict=True)) / max(len(sizes), 1), 2),
+        "read": sum(s.read_bytes for s in sizes),
+        "per_token": sum(s.token_bytes for s in sizes),
+        "reserve": sum(s.reserve_bytes for s in sizes),
+        "tokens_mean": round(sum(s.head_tokens / s.heads for s in sizes) / max(len(sizes), 1), 2),
         "logical_per_layer": [s.logical_bytes for s in sizes],
         "allocated_per_layer": [s.allocated_bytes for s in sizes],
         "layer_kinds": sorted({type(layer).__name__ for layer in cache.layers}),
     }
-
-
-def reserve_bytes(layer: DynamicLayer) -> int:
-    """Bytes of a layer's free decode slots (allocated for tokens not decoded yet), its mask included."""
-    if isinstance(layer, VarlenLayer):
-        free = sum(c - n for c, n in zip(layer.capacities, layer.lengths, strict=True))
-        return free * (layer.keys[:1].nbytes + layer.values[:1].nbytes)
-    if isinstance(layer, CompressedLayer):
-        free = layer.capacity - layer.get_seq_length()
-        return free * step_bytes(layer)
-    return 0
-
-
-def stored_heads(layer: DynamicLayer) -> int:
-    """Heads a layer's tokens are counted over (the mask's heads for a masked layer)."""
-    if isinstance(layer, VarlenLayer):
-        return layer.heads
-    if isinstance(layer, MaskedLayer):
-        return layer.visible.shape[1]
-    return layer.keys.shape[1]
-
-
-def layer_size_stored(layer: MaskedLayer) -> int:
-    """Key and value bytes a masked layer holds (the whole context), without the reserve or the mask."""
-    keys, values = layer.keys, layer.values
-    return keys.numel() * keys.element_size() + values.numel() * values.element_size()
 
 
 def synthetic_base(config: PretrainedConfig, length: int, dtype: torch.dtype, device: torch.device, seed: int = 0):
