@@ -64,19 +64,22 @@ class HeadSelection:
         return cls(torch.cat(heads).long(), lengths)
 
 
-def adakv_capacities(scores: torch.Tensor, base: int, floor: float, normalize: bool) -> torch.Tensor:
+def adakv_capacities(
+    scores: torch.Tensor, base: int, floor: float, normalize: bool, ranked: torch.Tensor | None = None
+) -> torch.Tensor:
     """Past tokens each head keeps under AdaKV: int64 ``[heads]`` for scores ``[heads, P]``.
 
     ``base`` is the uniform per-head past budget (``budget - window``); the heads share
     ``heads x base``. Each head's scores are sorted descending; with ``normalize`` they are scaled
     by the head's share of mass in its own top ``base``. The top ``heads x base`` of all sorted
     scores count per head (``count``), and a head keeps ``round(count * (1 - floor) + int(base *
-    floor))`` (float32 arithmetic, half to even, as the reference computes it).
+    floor))`` (float32 arithmetic, half to even, as the reference computes it). ``ranked``: the
+    scores already sorted descending per head, when the caller has them.
     """
     heads, past = scores.shape
     if not 0 <= base <= past:
         raise ValueError(f"AdaKV: a per-head budget of {base} past tokens does not fit {past} past tokens")
-    ranked = scores.sort(dim=-1, descending=True).values
+    ranked = scores.sort(dim=-1, descending=True).values if ranked is None else ranked
     if normalize:
         ranked = ranked * (ranked[:, :base].sum(dim=-1, keepdim=True) / ranked.sum(dim=-1, keepdim=True))
     winners = ranked.reshape(-1).topk(heads * base).indices // past
@@ -102,13 +105,16 @@ def headkv_capacities(importance: torch.Tensor, budget: int, beta: float) -> tor
     return torch.round(share * pool + minimum).long()
 
 
-def top_positions(scores: torch.Tensor, capacities: torch.Tensor, window: int) -> HeadSelection:
+def top_positions(
+    scores: torch.Tensor, capacities: torch.Tensor, window: int, order: torch.Tensor | None = None
+) -> HeadSelection:
     """Head ``h`` keeps its ``capacities[h]`` best past positions plus the window, ascending.
 
     ``scores`` ``[heads, P]`` cover the past tokens; the window is positions ``P .. P + window - 1``.
+    ``order``: the positions by descending score per head, when the caller has them.
     """
     heads, past = scores.shape
-    order = scores.sort(dim=-1, descending=True).indices
+    order = scores.sort(dim=-1, descending=True).indices if order is None else order
     recent = torch.arange(past, past + window, device=scores.device)
     kept = [torch.cat([order[h, : int(capacities[h])].sort().values, recent]) for h in range(heads)]
     return HeadSelection.from_heads(kept)

@@ -194,8 +194,11 @@ class Policy:
             return keep_indices(scores, keep, self.window)
         if scores.shape[0] != 1:
             raise NotImplementedError(f"head-wise allocation runs on batch size 1; got {scores.shape[0]}")
-        if self.allocation == "adakv":
-            capacities = adakv_capacities(scores[0], keep - self.window, self.floor, self.allocation_normalize)
+        if self.allocation == "adakv":  # one sort serves the allocation and the selection
+            ranked = scores[0].sort(dim=-1, descending=True)
+            base = keep - self.window
+            capacities = adakv_capacities(scores[0], base, self.floor, self.allocation_normalize, ranked.values)
+            return top_positions(scores[0], capacities, self.window, ranked.indices)
         return top_positions(scores[0], capacities.clamp(max=past), self.window)
 
     def _headkv_capacities(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
