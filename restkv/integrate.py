@@ -221,6 +221,7 @@ class KVCompressor:
                 f"{self.implementation!r}. Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
             )
         self._entered = False
+        self._guard = self._layout_guard()
         attention = type(self.layers[0])
         self._cache_keyword = cache_keyword(attention.forward)
         if self._cache_keyword is None:
@@ -445,8 +446,7 @@ class KVCompressor:
         evicted = getattr(self._forward, "evicted", None)
         if evicted is not None:
             evicted.add(layer)
-        guard = self._layout_guard()
-        cache.layers[layer] = store(layer_cache, keys, values, selection, self.layout, self.decode_reserve, guard)
+        cache.layers[layer] = store(layer_cache, keys, values, selection, self.layout, self.decode_reserve, self._guard)
         self._note(cache.layers[layer], selection, keys.shape[2])
 
     def _note(self, stored: DynamicLayer, selection: Any, prompt_length: int) -> None:
