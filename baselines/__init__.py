@@ -9,6 +9,7 @@ import importlib
 import pkgutil
 
 from baselines.adakv import AdaKV
+from baselines.cam import CAM
 from baselines.full import FullCache
 from baselines.h2o import H2O
 from baselines.headkv import HeadKV
@@ -23,6 +24,7 @@ for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
+    "CAM",
     "H2O",
     "TOVA",
     "AdaKV",

@@ -26,3 +26,5 @@ class SnapKV(ScoringPolicy):
 
 # Ada-SnapKV: the same scores under AdaKV's head-wise allocation
 register_preset("ada_snapkv", "snapkv", allocation="adakv")
+# ThinK on SnapKV, as the ReST-KV authors pair them: 40 % of key channels dropped, the last 32 kept tokens whole
+register_preset("think", "snapkv", think_ratio=0.4)

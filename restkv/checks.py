@@ -27,6 +27,7 @@ def check_number(
     high: float = math.inf,
     low_open: bool = True,
     integer: bool = False,
+    high_open: bool = False,
 ) -> None:
     """Raise a ValueError unless ``value`` is a finite number in the given range."""
     kind = "an integer" if integer else "a number"
@@ -34,7 +35,8 @@ def check_number(
     ok = ok and not isinstance(value, bool) and math.isfinite(value)  # type: ignore[arg-type]
     if ok:
         above = value > low if low_open else value >= low  # type: ignore[operator]
-        ok = above and value <= high  # type: ignore[operator]
+        ok = above and (value < high if high_open else value <= high)  # type: ignore[operator]
     if not ok:
-        bracket = "(" if low_open else "["
-        raise ValueError(f"{owner}.{name}={value!r} is not allowed; it must be {kind} in {bracket}{low}, {high}]")
+        bracket, closing = "(" if low_open else "[", ")" if high_open else "]"
+        interval = f"{bracket}{low}, {high}{closing}"
+        raise ValueError(f"{owner}.{name}={value!r} is not allowed; it must be {kind} in {interval}")

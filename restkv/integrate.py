@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -54,6 +54,7 @@ from restkv.allocation import HeadSelection
 from restkv.attention import ACTIVE, install, uninstall
 from restkv.cache import (
     CACHE_KEYWORDS,
+    CompressedLayer,
     cache_keyword,
     forward_inputs,
     passed_cache,
@@ -63,6 +64,7 @@ from restkv.checks import check_choice
 from restkv.devices import synchronize
 from restkv.layouts import LAYOUTS, LayerSize, layer_size, store
 from restkv.policy import LayerInputs, Policy
+from restkv.quantize import Quantization
 from restkv.scoring import output_gram
 from restkv.select import Budget
 from restkv.varlen import VARLEN_KERNELS
@@ -192,6 +194,7 @@ class KVCompressor:
         timed: bool = False,
         layout: str = "auto",
         varlen_kernel: str = "auto",
+        quantization: Quantization | None = None,
     ) -> None:
         self.model = model
         self.policy = policy
@@ -220,6 +223,8 @@ class KVCompressor:
                 f"layout='masked' needs a masked attention kernel (eager or sdpa); the model runs "
                 f"{self.implementation!r}. Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
             )
+        self.quantization = quantization if quantization is not None and quantization.enabled else None
+        self._check_storage(layout)
         self._entered = False
         self._guard = self._layout_guard()
         attention = type(self.layers[0])
@@ -379,7 +384,7 @@ class KVCompressor:
             return
         self._begin_prefill(module.layer_idx)
         length = query.shape[2]
-        kept = query if self.policy.needs_all_queries else query[:, :, -self.policy.window :]
+        kept = query if self.policy.needs_all_queries else query[:, :, -self.policy.query_count :]
         self._captured[module.layer_idx] = (kept, length)
 
     def _gram(self, module: nn.Module) -> torch.Tensor:
@@ -446,10 +451,42 @@ class KVCompressor:
         evicted = getattr(self._forward, "evicted", None)
         if evicted is not None:
             evicted.add(layer)
-        cache.layers[layer] = store(layer_cache, keys, values, selection, self.layout, self.decode_reserve, self._guard)
-        self._note(cache.layers[layer], selection, keys.shape[2])
+        values = self.policy.merged_values(inputs, selection)
+        reserve = 0 if self.quantization else self.decode_reserve
+        stored = store(layer_cache, keys, values, selection, self.layout, reserve, self._guard)
+        pruned = 0
+        if selection is not None and self.policy.think_ratio > 0:
+            if not isinstance(stored, CompressedLayer):
+                kind = type(stored).__name__
+                raise NotImplementedError(f"think_ratio prunes dense layers only; layer {layer} is a {kind}")
+            pruned = self.policy.prune_kept_keys(stored.keys, queries) * stored.keys.element_size()
+        if self.quantization is not None:
+            if getattr(stored, "repeat", 1) > 1:
+                raise NotImplementedError(
+                    "quantized caches store key/value heads; gqa='expand' on a grouped-query model stores query heads "
+                    "(decoded tokens would not match them): use gqa='mean' with quantization"
+                )
+            stored = self.quantization.layer(stored.keys, stored.values, layer)
+            pruned = 0  # the zero-filled channels are quantized with the rest: the layer's bytes say what it holds
+        cache.layers[layer] = stored
+        self._note(stored, selection, keys.shape[2], pruned)
 
-    def _note(self, stored: DynamicLayer, selection: Any, prompt_length: int) -> None:
+    def _check_storage(self, layout: str) -> None:
+        """Refuse storage options that cannot hold what the policy keeps (before any prefill runs)."""
+        policy = self.policy
+        if policy.think_ratio > 0 and layout != "auto":
+            raise ValueError(
+                f"think_ratio={policy.think_ratio} prunes key channels of dense layers; layout={layout!r} is not "
+                "dense: use layout='auto'"
+            )
+        if self.quantization is not None and (layout != "auto" or policy.allocation != "uniform"):
+            raise NotImplementedError(
+                f"quantization ({self.quantization.backend}) stores dense layers read by the model's own attention; "
+                f"layout={layout!r} with allocation={policy.allocation!r} is head-wise: use layout='auto' and "
+                "allocation='uniform'"
+            )
+
+    def _note(self, stored: DynamicLayer, selection: Any, prompt_length: int, pruned_bytes: int = 0) -> None:
         """Record what a layer kept and what its cache costs."""
         if isinstance(selection, HeadSelection):
             lengths = selection.lengths.tolist()
@@ -459,7 +496,10 @@ class KVCompressor:
         else:
             self.record.kept.append(prompt_length if selection is None else selection.shape[2])
             self.record.head_lengths.append(None)
-        self.record.sizes.append(layer_size(stored))
+        size = layer_size(stored)
+        if pruned_bytes:
+            size = replace(size, logical_bytes=size.logical_bytes - pruned_bytes, pruned_bytes=pruned_bytes)
+        self.record.sizes.append(size)
 
     def _layout_guard(self):
         """What head-wise layers call before each update: refuse unless this compressor is active."""

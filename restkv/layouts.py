@@ -27,10 +27,11 @@ from dataclasses import dataclass
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, QuantizedLayer
 
 from restkv.allocation import HeadSelection
 from restkv.cache import CompressedLayer
+from restkv.quantize import quantized_bytes, quantized_shape
 from restkv.select import gather_positions
 
 LAYOUTS = ("auto", "varlen", "masked")
@@ -240,7 +241,8 @@ class LayerSize:
     ``logical_bytes``: their keys and values; ``allocated_bytes``: everything allocated (decode reserve
     and mask included), of which ``reserve_bytes`` are free decode slots; ``read_bytes``: the keys and
     values a decode step's attention reads (a masked layer's whole context); ``token_bytes``: what one
-    decoded token adds.
+    decoded token adds; ``pruned_bytes``: key entries zero-filled by channel pruning (ThinK), allocated
+    but left out of the logical size.
     """
 
     head_tokens: int
@@ -250,13 +252,15 @@ class LayerSize:
     read_bytes: int = 0
     reserve_bytes: int = 0
     token_bytes: int = 0
+    pruned_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        sizes = {
             "head_tokens": self.head_tokens,
             "logical_bytes": self.logical_bytes,
             "allocated_bytes": self.allocated_bytes,
         }
+        return {**sizes, "pruned_bytes": self.pruned_bytes} if self.pruned_bytes else sizes
 
 
 def _nbytes(*tensors: torch.Tensor | None) -> int:
@@ -264,7 +268,11 @@ def _nbytes(*tensors: torch.Tensor | None) -> int:
 
 
 def layer_size(layer: DynamicLayer) -> LayerSize:
-    """The `LayerSize` of any layer kind: dynamic, compressed (dense), varlen or masked."""
+    """The `LayerSize` of any layer kind: dynamic, compressed (dense), varlen, masked or quantized."""
+    if isinstance(layer, QuantizedLayer):  # what it holds: its quantized part and its full-precision residual
+        heads, row = quantized_shape(layer)
+        stored = sum(quantized_bytes(layer))
+        return LayerSize(heads * layer.get_seq_length(), stored, stored, heads, stored, 0, heads * row)
     if isinstance(layer, VarlenLayer):
         tokens = sum(layer.lengths)
         row = _nbytes(layer.keys[:1], layer.values[:1])  # one token of one head

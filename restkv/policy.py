@@ -24,7 +24,10 @@ from restkv.allocation import (
     reduce_importance,
     top_positions,
 )
+from restkv.channels import THINK_QUERIES, prune_keys
 from restkv.checks import check_choice, check_number
+from restkv.merge import MERGES, cam_merge, cam_probabilities, cam_start, draw_merges
+from restkv.scoring import window_attention
 from restkv.select import GQA_MODES, SCHEDULES, Budget, keep_indices, layer_budget, reduce_groups
 
 
@@ -86,6 +89,11 @@ class Policy:
         then keep different numbers of tokens: the integration stores them in a variable-length
         cache. (``allocation_normalize`` is AdaKV's ``normalize``, renamed: scoring policies
         already have a ``normalize`` knob.)
+      merge: ``none`` or ``cam`` (`restkv.merge`): before the kept tokens are stored, each past token's
+        value is merged, at random, into the tokens after it (CAM); ``merge_start`` is the share of the
+        prompt never merged, ``merge_seed`` seeds the draws (reruns merge alike).
+      think_ratio: ThinK's share of key channels dropped from the kept tokens (`restkv.channels`;
+        0 = off), all but the last ``think_recent`` kept tokens; dropped channels are zero-filled.
     """
 
     window: int = 32
@@ -97,6 +105,11 @@ class Policy:
     allocation_normalize: bool = True
     head_scores: str | None = None
     head_beta: float = 1.01
+    merge: str = "none"
+    merge_start: float = 0.1
+    merge_seed: int = 0
+    think_ratio: float = 0.0
+    think_recent: int = 32
 
     needs_all_queries: ClassVar[bool] = False
     """Policies such as H2O need every prompt query, not only the window's."""
@@ -118,6 +131,20 @@ class Policy:
         check_choice(owner, "allocation", self.allocation, ALLOCATIONS)
         check_number(owner, "floor", self.floor, low=0, high=1, low_open=False)
         check_number(owner, "head_beta", self.head_beta, low=0)
+        check_choice(owner, "merge", self.merge, MERGES)
+        check_number(owner, "merge_start", self.merge_start, low=0, high=1, low_open=False)
+        check_number(owner, "merge_seed", self.merge_seed, low=0, low_open=False, integer=True)
+        check_number(owner, "think_ratio", self.think_ratio, low=0, high=1, low_open=False, high_open=True)
+        check_number(owner, "think_recent", self.think_recent, low=0, low_open=False, integer=True)
+        if (self.merge != "none" or self.think_ratio > 0) and not self.evicts:
+            raise ValueError(
+                f"{owner} keeps every token: merge={self.merge!r} and think_ratio={self.think_ratio} need eviction"
+            )
+        if self.think_ratio > 0 and self.allocation != "uniform":
+            raise NotImplementedError(
+                f"{owner}.think_ratio={self.think_ratio} with allocation={self.allocation!r} is not built: ThinK "
+                "prunes dense caches (every head the same length); use allocation='uniform'"
+            )
         if self.allocation != "uniform" and not (self.allows_allocation and self.evicts):
             raise ValueError(
                 f"{owner}.allocation={self.allocation!r} is not allowed: {owner} cannot share a budget across heads "
@@ -145,6 +172,11 @@ class Policy:
                 f"{owner}.head_scores is set but allocation={self.allocation!r}; head files are read by "
                 "allocation='headkv' only"
             )
+
+    @property
+    def query_count(self) -> int:
+        """How many of the last prompt queries the policy reads (all of them under ``needs_all_queries``)."""
+        return max(self.window, THINK_QUERIES) if self.think_ratio > 0 else self.window
 
     @property
     def needs_output_gram(self) -> bool:
@@ -200,6 +232,37 @@ class Policy:
             capacities = adakv_capacities(scores[0], base, self.floor, self.allocation_normalize, ranked.values)
             return top_positions(scores[0], capacities, self.window, ranked.indices)
         return top_positions(scores[0], capacities.clamp(max=past), self.window)
+
+    def merged_values(self, inputs: LayerInputs, selection: object, draws: torch.Tensor | None = None) -> torch.Tensor:
+        """The values to store for ``selection``: ``inputs.values``, or CAM's merged values under ``merge='cam'``.
+
+        Merging runs per key/value head: a head's merge probability reads its query group's attention,
+        reduced by ``gqa`` (``expand`` on grouped heads is refused). ``draws`` replays recorded draws.
+        A layer kept whole (``selection`` None) is not merged.
+        """
+        if self.merge == "none" or selection is None:
+            return inputs.values
+        heads, kv_heads = inputs.num_heads, inputs.num_kv_heads
+        if heads != kv_heads and self.gqa == "expand":
+            raise NotImplementedError(
+                f"merge={self.merge!r} with gqa='expand' on a model with grouped key/value heads ({heads} query, "
+                f"{kv_heads} key/value heads) is not built: merged values would differ per query head; use gqa='mean'"
+            )
+        attention = window_attention(inputs.queries[..., -self.window :, :], inputs.keys, inputs.scaling)
+        means = attention[0].mean(dim=-2)  # [h, L]: each column's mean over the window's rows
+        if heads != kv_heads:
+            grouped = means.view(kv_heads, heads // kv_heads, -1)
+            means = grouped.amax(dim=1) if self.gqa == "max" else grouped.mean(dim=1)
+        start = cam_start(inputs.length, self.merge_start)
+        if draws is None:
+            draws = draw_merges(cam_probabilities(means, start, self.window), self.merge_seed, inputs.layer)
+        return cam_merge(inputs.values, draws, start, self.window)
+
+    def prune_kept_keys(self, kept_keys: torch.Tensor, queries: torch.Tensor) -> int:
+        """ThinK on a dense layer's kept keys ``[1, heads, n, d]``, in place; returns the entries zero-filled."""
+        if self.think_ratio <= 0:
+            return 0
+        return prune_keys(kept_keys, queries, self.think_ratio, self.think_recent)[1]
 
     def _headkv_capacities(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
         """This layer's per-head past budgets from the head file (loaded once per model shape)."""
