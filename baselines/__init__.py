@@ -10,6 +10,7 @@ import pkgutil
 
 from baselines.adakv import AdaKV
 from baselines.cam import CAM
+from baselines.criticalkv import CriticalKV
 from baselines.full import FullCache
 from baselines.h2o import H2O
 from baselines.headkv import HeadKV
@@ -28,6 +29,7 @@ __all__ = [
     "H2O",
     "TOVA",
     "AdaKV",
+    "CriticalKV",
     "FullCache",
     "HeadKV",
     "KNorm",

@@ -445,6 +445,7 @@ class KVCompressor:
             num_layers=len(self.layers),
             scaling=getattr(module, "scaling", None),
             output_gram=(lambda: self._gram(module)) if self.policy.needs_output_gram else None,
+            output_weight=lambda: module.o_proj.weight,
         )
         selection = self.policy.select(inputs, self.budget)
         self.record.indices.append(selection)

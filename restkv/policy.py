@@ -45,7 +45,8 @@ class LayerInputs:
     ``queries`` are the last ``window`` queries ``[b, h, w, d]`` (all ``L`` of them for
     policies with ``needs_all_queries``); ``keys``/``values`` are the whole prompt's cache
     ``[b, h_kv, L, d]``, position-encoded. ``output_gram`` lazily gives the per-head
-    ``W_o^h^T W_o^h`` matrices ``[h, d, d]`` (None when the layer has no output projection).
+    ``W_o^h^T W_o^h`` matrices ``[h, d, d]`` (None when the layer has no output projection);
+    ``output_weight`` lazily gives the output projection's weight ``[hidden, h * d]`` itself.
     """
 
     queries: torch.Tensor
@@ -55,6 +56,7 @@ class LayerInputs:
     num_layers: int
     scaling: float | None = None
     output_gram: Callable[[], torch.Tensor] | None = None
+    output_weight: Callable[[], torch.Tensor] | None = None
 
     @property
     def num_heads(self) -> int:

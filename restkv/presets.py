@@ -4,6 +4,9 @@
   (their ``scripts/ruler/run_llama3.sh``).
 - ``ada_restkv``: Ada-ReST-KV, ReST-KV's scores under AdaKV's head-wise allocation (the paper's
   plug-and-play combination with a budget allocator; ``floor`` 0.2, normalised, as AdaKV runs).
+- ``dropkv``: DropKV as we read its definition, ReST-KV's indicator squared and without ``W_o``
+  (``a/(1-a) * ||o - v||`` per token, squared before the adaptive smoothing); every other stage is
+  ReST-KV's. A configuration over the existing stages, no code of its own.
 - ``ablation/*``: the rows of the paper's indicator / temporal / spatial ablation (Table 3,
   Appendix Table 12); ``restkv`` itself is the full method's row.
 """
@@ -14,6 +17,7 @@ from restkv.registry import register_preset
 
 register_preset("restkv_ruler", "restkv", kernel=21)
 register_preset("ada_restkv", "restkv", allocation="adakv")
+register_preset("dropkv", "restkv", use_wo=False, power=2.0)
 
 # attention x ||v||, summed over the window, average-pooled (kernel 5)
 register_preset("ablation/attn_v", "restkv", indicator="attention_value", temporal="sum", spatial="avgpool")

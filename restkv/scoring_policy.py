@@ -26,6 +26,8 @@ class ScoringPolicy(Policy):
       ``reconstruction`` (``a/(1-a) * ||W_o^h (o - v)||^tau``; ``use_wo=False`` drops ``W_o``).
     temporal: how the window's queries are combined: ``sum``, ``mean``, ``ema`` (newest
       query weighs ``alpha``), ``inv_ema`` (oldest weighs ``alpha``), ``last`` (newest only).
+    power: the indicator raised to this power per token (``2`` with ``use_wo=False`` is DropKV's squared
+      output change); applied before spatial smoothing, per query under ``order='before'``.
     order: ``after`` aggregates attention, then computes the indicator; ``before`` computes it
       per query (each query's output over all keys) and aggregates the scores. ``normalize``
       (``before`` with ``reconstruction`` only) divides each query's scores by its output norm.
@@ -40,6 +42,7 @@ class ScoringPolicy(Policy):
     order: str = "after"
     use_wo: bool = True
     tau: float = 1.0
+    power: float = 1.0
     normalize: bool = False
     spatial: str = "adaptive"
     kernel: int = 5
@@ -54,6 +57,7 @@ class ScoringPolicy(Policy):
         check_choice(owner, "spatial", self.spatial, scoring.SPATIAL)
         check_number(owner, "alpha", self.alpha, low=0, high=1)
         check_number(owner, "tau", self.tau, low=0)
+        check_number(owner, "power", self.power, low=0)
         check_number(owner, "scale", self.scale, low=0)
         check_number(owner, "kernel", self.kernel, low=1, low_open=False, integer=True)
         if self.kernel % 2 == 0:
@@ -81,14 +85,17 @@ class ScoringPolicy(Policy):
             raise ValueError("indicator='reconstruction' with use_wo=True needs the layer's output projection")
         if self.indicator == "reconstruction" and self.order == "before":
             per_query = scoring.reconstruction_before(attention, inputs.values, gram, self.tau, self.normalize)
-            return scoring.aggregate(per_query, self.temporal, self.alpha)
+            return scoring.aggregate(self._raised(per_query), self.temporal, self.alpha)
         # aggregate whole rows, then drop the window columns: slicing first would force a copy
         weights = scoring.aggregate(attention, self.temporal, self.alpha)[..., :past]
         if self.indicator == "attention":
-            return weights
+            return self._raised(weights)
         if self.indicator == "attention_value":
-            return weights * scoring.value_norms(inputs.values, inputs.num_heads, past)
-        return scoring.reconstruction_after(weights, inputs.values, gram, self.tau)
+            return self._raised(weights * scoring.value_norms(inputs.values, inputs.num_heads, past))
+        return self._raised(scoring.reconstruction_after(weights, inputs.values, gram, self.tau))
+
+    def _raised(self, scores: torch.Tensor) -> torch.Tensor:
+        return scores if self.power == 1 else scores.pow(self.power)
 
     def smooth(self, scores: torch.Tensor, attention: torch.Tensor, keep: int) -> torch.Tensor:
         """Spatial smoothing of ``[b, h, P]`` scores along positions."""

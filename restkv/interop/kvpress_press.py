@@ -53,6 +53,17 @@ class ReSTKVPress(ScorerPress):
         name = type(self.policy).__name__
         if not isinstance(self.policy, Policy) or type(self.policy).score is Policy.score:
             raise ValueError(f"ReSTKVPress needs a policy of ours that implements score(); got {name}")
+        if type(self.policy).select is not Policy.select:
+            raise ValueError(
+                f"ReSTKVPress: {name} selects by its own rule (it overrides select()), which a scorer press, ranking "
+                "tokens by score() alone, would not follow; run it through restkv.compress"
+            )
+        if self.policy.merge != "none" or self.policy.think_ratio > 0:
+            raise ValueError(
+                f"ReSTKVPress: {name}.merge={self.policy.merge!r} / think_ratio={self.policy.think_ratio} change the "
+                "stored values or keys, which a scorer press cannot; run them through restkv.compress (kvpress has "
+                "its own ThinKPress to compose with)"
+            )
         if self.policy.gqa not in ("mean", "max"):
             raise ValueError(
                 f"ReSTKVPress: {name}.gqa={self.policy.gqa!r} is not allowed: kvpress keeps one selection per "
@@ -91,6 +102,7 @@ class ReSTKVPress(ScorerPress):
             num_layers=module.config.num_hidden_layers,
             scaling=getattr(module, "scaling", None),
             output_gram=(lambda: self._gram(module)) if needs_gram else None,
+            output_weight=lambda: module.o_proj.weight,
         )
 
     def score(self, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
