@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from eval.sample import Sample
 from eval.validate import check_config
 from restkv import Budget, compress
 from restkv.devices import pick_device
+from restkv.quantize import Quantization
 from restkv.registry import policy_defaults
 
 if not OmegaConf.has_resolver("range_list"):
@@ -80,6 +81,7 @@ class Plan:
     skipped: dict[str, str]
     identity: dict[str, Any]
     folder: Path
+    quantization: Quantization = field(default_factory=Quantization)
 
 
 def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
@@ -87,6 +89,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     values = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(values, dict)
     check_config(values)
+    quantization = quantization_of(values.get("quantization", {}))
     spec = model_spec(cfg.model)
     check_model(spec)
     device = pick_device(cfg.device)
@@ -119,7 +122,18 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
         settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides
     )
     identity = run_identity(values, weights_fingerprint(spec))
-    return Plan(spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
+    return Plan(
+        spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder, quantization
+    )
+
+
+def quantization_of(node: dict[str, Any]) -> Quantization:
+    """The ``quantization`` config group as a `Quantization` (unknown keys named)."""
+    unknown = sorted(set(node) - set(Quantization.__dataclass_fields__))
+    if unknown:
+        allowed = ", ".join(Quantization.__dataclass_fields__)
+        raise ValueError(f"quantization.{unknown[0]} is not a quantization setting; allowed: {allowed}")
+    return Quantization(**node)
 
 
 def _listed(skipped: dict[str, str]) -> str:
@@ -159,7 +173,8 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
     model = load_model(spec, plan.device)
     eos = eos_token_ids(model, plan.tokenizer)
     bar = tqdm(todo, desc=title, unit="sample", dynamic_ncols=True)
-    with compress(model, plan.policy, plan.budget, layout=cfg.get("layout", "auto")) as compressor:
+    layout = cfg.get("layout", "auto")
+    with compress(model, plan.policy, plan.budget, layout=layout, quantization=plan.quantization) as compressor:
         session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos)
         for sample in bar:
             prompt = tokenize(sample, plan.tokenizer, spec.chat_template, spec.max_context)
@@ -168,15 +183,16 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
             bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
 
 
-def cache_summary(records: list[dict[str, Any]], layout: str) -> dict[str, Any]:
-    """The layout and the mean cache size per sample (records from before sizes were recorded lack them)."""
+def cache_summary(records: list[dict[str, Any]], layout: str, quantization: Quantization) -> dict[str, Any]:
+    """The layout, the quantization and the mean cache size per sample (records from before sizes were
+    recorded lack them; a quantized cache's bytes are those it stores, scales and residual included)."""
     sized = [r for r in records if "cache_allocated_bytes" in r]
     means = {
         f"{key}_mean": round(sum(r[f"cache_{key}"] for r in sized) / len(sized))
         for key in ("head_tokens", "logical_bytes", "allocated_bytes")
         if sized
     }
-    return {"layout": layout, "samples_measured": len(sized), **means}
+    return {"layout": layout, "quantization": quantization.describe(), "samples_measured": len(sized), **means}
 
 
 def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: DictConfig, settings: RunSettings):
@@ -191,7 +207,7 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         protocol=cfg.protocol,
         ran={"tasks": task_order, "samples": len(records), "limit": cfg.limit},
         skipped=plan.skipped,
-        cache=cache_summary(records, cfg.get("layout", "auto")),
+        cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
     )
     extra = getattr(plan.benchmark, "report", None)  # optional: see eval.benchmarks.base.Benchmark
     if extra is not None:
@@ -200,7 +216,7 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
     return summary
 
 
-ADDED_SETTINGS = {"layout": "auto"}
+ADDED_SETTINGS = {"layout": "auto", "quantization": asdict(Quantization())}
 """Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
 
 

@@ -2,14 +2,17 @@
 
 Policies, the integration and the benchmarks all check their knobs the same way, so a wrong value
 on the command line (``policy.gqa=sum``, ``bench.chat_template=raw``) is refused with one kind of
-message wherever it is set. This module depends on nothing else in the project.
+message wherever it is set; a layer's cache is checked for NaN and inf before eviction scores it.
+This module depends on nothing else in the project.
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["check_choice", "check_number"]
+import torch
+
+__all__ = ["check_choice", "check_finite_cache", "check_number"]
 
 
 def check_choice(owner: str, name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -40,3 +43,27 @@ def check_number(
         bracket, closing = "(" if low_open else "[", ")" if high_open else "]"
         interval = f"{bracket}{low}, {high}{closing}"
         raise ValueError(f"{owner}.{name}={value!r} is not allowed; it must be {kind} in {interval}")
+
+
+def check_finite_cache(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Raise a ValueError if ``keys`` or ``values`` hold NaN or inf: every eviction score would be NaN.
+
+    The common case costs one read of each tensor and no copy: a sum accumulated in (at least)
+    float32 is finite unless an entry is NaN or inf. Only a non-finite sum (an entry is, or huge
+    finite entries overflowed the sum) counts the entries one by one, to name them or to let the
+    layer through. One device synchronisation per layer.
+    """
+    tensors = {"key": keys, "value": values}
+    sums = torch.stack([t.sum(dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors.values()])
+    if bool(torch.isfinite(sums).all()):
+        return
+    counts = {name: int(t.numel() - torch.isfinite(t).sum()) for name, t in tensors.items()}
+    bad = [name for name, count in counts.items() if count]
+    if not bad:
+        return
+    listed = " and ".join(f"{counts[name]} of {tensors[name].numel()} {name} entries" for name in bad)
+    raise ValueError(
+        f"non-finite {' and '.join(f'{name}s' for name in bad)} in layer {layer} ({listed} are NaN or inf): every "
+        "eviction score would be NaN and the kept positions arbitrary. The model's activations overflowed or are NaN; "
+        "in float16 this is usually an overflow: run the model in bfloat16 or float32 (e.g. model.dtype=bfloat16)"
+    )

@@ -54,19 +54,19 @@ from restkv.allocation import HeadSelection
 from restkv.attention import ACTIVE, install, uninstall
 from restkv.cache import (
     CACHE_KEYWORDS,
-    CompressedLayer,
     cache_keyword,
     forward_inputs,
     passed_cache,
     support_cache_keyword,
 )
-from restkv.checks import check_choice
+from restkv.checks import check_choice, check_finite_cache
 from restkv.devices import synchronize
-from restkv.layouts import LAYOUTS, LayerSize, layer_size, store
+from restkv.layouts import LAYOUTS, LayerSize, layer_size
 from restkv.policy import LayerInputs, Policy
 from restkv.quantize import Quantization
 from restkv.scoring import output_gram
 from restkv.select import Budget
+from restkv.storage import check_storage, stored_layer
 from restkv.varlen import VARLEN_KERNELS
 
 SUPPORTED_MODELS = (
@@ -84,30 +84,6 @@ compression); ``gemm``: on CPU, `restkv.decode.decode_attention` (the same atten
 two GEMMs per key/value head, which reads the cache at memory bandwidth)."""
 
 support_cache_keyword(SUPPORTED_MODELS)
-
-
-def _check_finite(layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
-    """Raise a ValueError if ``keys`` or ``values`` hold NaN or inf: every eviction score would be NaN.
-
-    The common case costs one read of each tensor and no copy: a sum accumulated in (at least)
-    float32 is finite unless an entry is NaN or inf. Only a non-finite sum (an entry is, or huge
-    finite entries overflowed the sum) counts the entries one by one, to name them or to let the
-    layer through. One device synchronisation per layer.
-    """
-    tensors = {"key": keys, "value": values}
-    sums = torch.stack([t.sum(dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors.values()])
-    if bool(torch.isfinite(sums).all()):
-        return
-    counts = {name: int(t.numel() - torch.isfinite(t).sum()) for name, t in tensors.items()}
-    bad = [name for name, count in counts.items() if count]
-    if not bad:
-        return
-    listed = " and ".join(f"{counts[name]} of {tensors[name].numel()} {name} entries" for name in bad)
-    raise ValueError(
-        f"non-finite {' and '.join(f'{name}s' for name in bad)} in layer {layer} ({listed} are NaN or inf): every "
-        "eviction score would be NaN and the kept positions arbitrary. The model's activations overflowed or are NaN; "
-        "in float16 this is usually an overflow: run the model in bfloat16 or float32 (e.g. model.dtype=bfloat16)"
-    )
 
 
 def attention_layers(model: nn.Module) -> list[nn.Module]:
@@ -180,7 +156,7 @@ class KVCompressor:
     turns are fine; decoding steps capture nothing and are never refused). A prefill is in flight
     from its first layer's attention to its last layer's eviction; a forward that raises in between
     releases it, and so do the same thread's next prefill, the owner thread's end, and ``__exit__``.
-    Before evicting a layer, its keys and values are checked for NaN and inf (`_check_finite`),
+    Before evicting a layer, its keys and values are checked for NaN and inf (`restkv.checks.check_finite_cache`),
     except under policies that keep everything.
     """
 
@@ -224,7 +200,7 @@ class KVCompressor:
                 f"{self.implementation!r}. Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
             )
         self.quantization = quantization if quantization is not None and quantization.enabled else None
-        self._check_storage(layout)
+        check_storage(policy, layout, self.quantization, model.config)
         self._entered = False
         self._guard = self._layout_guard()
         attention = type(self.layers[0])
@@ -434,7 +410,7 @@ class KVCompressor:
         layer = module.layer_idx
         keys, values = layer_cache.keys, layer_cache.values
         if self.policy.evicts:
-            _check_finite(layer, keys, values)
+            check_finite_cache(layer, keys, values)
         if layer == 0:
             self.record = PrefillRecord(prompt_length=keys.shape[2])
         inputs = LayerInputs(
@@ -452,40 +428,12 @@ class KVCompressor:
         evicted = getattr(self._forward, "evicted", None)
         if evicted is not None:
             evicted.add(layer)
-        values = self.policy.merged_values(inputs, selection)
         reserve = 0 if self.quantization else self.decode_reserve
-        stored = store(layer_cache, keys, values, selection, self.layout, reserve, self._guard)
-        pruned = 0
-        if selection is not None and self.policy.think_ratio > 0:
-            if not isinstance(stored, CompressedLayer):
-                kind = type(stored).__name__
-                raise NotImplementedError(f"think_ratio prunes dense layers only; layer {layer} is a {kind}")
-            pruned = self.policy.prune_kept_keys(stored.keys, queries) * stored.keys.element_size()
-        if self.quantization is not None:
-            if getattr(stored, "repeat", 1) > 1:
-                raise NotImplementedError(
-                    "quantized caches store key/value heads; gqa='expand' on a grouped-query model stores query heads "
-                    "(decoded tokens would not match them): use gqa='mean' with quantization"
-                )
-            stored = self.quantization.layer(stored.keys, stored.values, layer)
-            pruned = 0  # the zero-filled channels are quantized with the rest: the layer's bytes say what it holds
+        stored, pruned = stored_layer(
+            self.policy, inputs, queries, selection, layer_cache, self.layout, reserve, self._guard, self.quantization
+        )
         cache.layers[layer] = stored
         self._note(stored, selection, keys.shape[2], pruned)
-
-    def _check_storage(self, layout: str) -> None:
-        """Refuse storage options that cannot hold what the policy keeps (before any prefill runs)."""
-        policy = self.policy
-        if policy.think_ratio > 0 and layout != "auto":
-            raise ValueError(
-                f"think_ratio={policy.think_ratio} prunes key channels of dense layers; layout={layout!r} is not "
-                "dense: use layout='auto'"
-            )
-        if self.quantization is not None and (layout != "auto" or policy.allocation != "uniform"):
-            raise NotImplementedError(
-                f"quantization ({self.quantization.backend}) stores dense layers read by the model's own attention; "
-                f"layout={layout!r} with allocation={policy.allocation!r} is head-wise: use layout='auto' and "
-                "allocation='uniform'"
-            )
 
     def _note(self, stored: DynamicLayer, selection: Any, prompt_length: int, pruned_bytes: int = 0) -> None:
         """Record what a layer kept and what its cache costs."""

@@ -28,6 +28,8 @@ def inputs(length: int = 64, heads: int = 4, kv_heads: int = 2, d: int = 8, quer
 def test_registry_knows_every_policy() -> None:
     assert policy_names() == [
         "adakv",
+        "cam",
+        "criticalkv",
         "full",
         "h2o",
         "headkv",
@@ -45,7 +47,7 @@ def test_registry_knows_every_policy() -> None:
 
 
 def test_registry_errors_name_the_value_and_the_choices() -> None:
-    with pytest.raises(ValueError, match="unknown policy 'snap'; registered policies: adakv, full, h2o"):
+    with pytest.raises(ValueError, match="unknown policy 'snap'; registered policies: adakv, cam, criticalkv, full, h2o"):
         get_policy("snap")
     with pytest.raises(
         ValueError, match="policy 'snapkv' has no knob colour; its knobs: allocation, allocation_normalize, alpha, beta"

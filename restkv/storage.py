@@ -1,0 +1,71 @@
+"""What a layer's cache becomes after eviction: the kept tokens, merged, pruned and quantized as asked.
+
+The integration calls `stored_layer` once per evicted layer. The steps run in a fixed order, each
+optional: the policy's value merging (``merge``, on the whole prompt, before anything is dropped),
+storage of the kept positions in the chosen layout (`restkv.layouts.store`), ThinK's key-channel
+pruning of the kept keys (``think_ratio``), then quantized storage (`restkv.quantize`).
+`check_storage` refuses, before any prefill, the combinations that cannot be stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+from restkv.allocation import HeadSelection
+from restkv.cache import CompressedLayer
+from restkv.layouts import store
+from restkv.policy import LayerInputs, Policy
+from restkv.quantize import Quantization
+
+
+def check_storage(policy: Policy, layout: str, quantization: Quantization | None, config: Any) -> None:
+    """Raise for a policy, layout and quantization that cannot be stored together (``config``: the model's)."""
+    if policy.think_ratio > 0 and layout != "auto":
+        raise ValueError(
+            f"think_ratio={policy.think_ratio} prunes key channels of dense layers; layout={layout!r} is not dense: "
+            "use layout='auto'"
+        )
+    if quantization is None:
+        return
+    if layout != "auto" or policy.allocation != "uniform":
+        raise NotImplementedError(
+            f"quantization ({quantization.backend}) stores dense layers, read by the model's own attention; "
+            f"layout={layout!r} with allocation={policy.allocation!r} is head-wise: use layout='auto' and "
+            "allocation='uniform'"
+        )
+    grouped = config.num_attention_heads != getattr(config, "num_key_value_heads", config.num_attention_heads)
+    if policy.gqa == "expand" and grouped:
+        raise NotImplementedError(
+            "quantization stores key/value heads; gqa='expand' on a grouped-query model stores query heads, which "
+            "decoded tokens would not match: use gqa='mean' (or 'max') with quantization"
+        )
+
+
+def stored_layer(
+    policy: Policy,
+    inputs: LayerInputs,
+    queries: torch.Tensor,
+    selection: torch.Tensor | HeadSelection | None,
+    layer_cache: DynamicLayer,
+    layout: str,
+    reserve: int,
+    guard: Callable[[], None],
+    quantization: Quantization | None,
+) -> tuple[DynamicLayer, int]:
+    """The layer to put in the cache, and the bytes of key entries ThinK zero-filled in it (0 when quantized:
+    the zeros are then quantized with the rest, and the layer's size is what it holds)."""
+    values = policy.merged_values(inputs, selection)
+    stored = store(layer_cache, inputs.keys, values, selection, layout, reserve, guard)
+    pruned = 0
+    if selection is not None and policy.think_ratio > 0:
+        if not isinstance(stored, CompressedLayer):
+            kind = type(stored).__name__
+            raise NotImplementedError(f"think_ratio prunes dense layers only; layer {inputs.layer} is a {kind}")
+        pruned = policy.prune_kept_keys(stored.keys, queries) * stored.keys.element_size()
+    if quantization is None:
+        return stored, pruned
+    return quantization.layer(stored.keys, stored.values, inputs.layer), 0
