@@ -29,6 +29,7 @@ from restkv import Budget, compress
 from restkv.devices import pick_device
 from restkv.quantize import Quantization
 from restkv.registry import policy_defaults
+from restkv.storage import check_storage
 
 if not OmegaConf.has_resolver("range_list"):
     # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid
@@ -96,6 +97,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     check_attention_backend(spec, device.type)
     budget = Budget(cfg.budget)
     policy = instantiate(cfg.policy, _convert_="all")
+    check_storage(policy, cfg.get("layout", "auto"), quantization)
     if not budget.is_ratio and policy.evicts and budget.value <= policy.window:
         raise ValueError(
             f"budget={budget} is not allowed with policy.window={policy.window}: the budget counts the window, "

@@ -34,7 +34,10 @@ from restkv.checks import check_choice, check_number
 
 QUANT_BACKENDS = ("none", "hqq", "quanto", "kvquant")
 BACKEND_BITS = {"hqq": (1, 2, 3, 4, 8), "quanto": (2, 4), "kvquant": (1, 2, 3, 4, 8)}
-BACKEND_AXES = {"hqq": (0, 1), "quanto": (0, -1), "kvquant": (0, 1)}
+BACKEND_AXES = {"hqq": (0, 1), "quanto": (0,), "kvquant": (0, 1)}
+"""Axes we allow: quanto's ``-1`` fails on token counts its group size does not divide, mid-run."""
+HQQ_PACKING = {1: 8, 2: 4, 3: 10, 4: 2, 8: 1}
+"""Rows of ``group_size`` entries HQQ packs together along axis 1 (its bit packing)."""
 BACKEND_MODULES = {"hqq": "hqq", "quanto": "optimum.quanto", "kvquant": "hqq"}
 BACKEND_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto", "kvquant": "hqq"}
 
@@ -100,8 +103,26 @@ class Quantization:
             described.pop("outlier_threshold")
         return described
 
+    def check_shape(self, heads: int, head_dim: int, layer: int) -> None:
+        """Refuse, before anything is quantized, a group size that some token count would not fit: every
+        requantization (each time the residual fills) must succeed, whatever the length then."""
+        row = heads * head_dim
+        if row % self.group_size:
+            raise ValueError(
+                f"quantization.group_size={self.group_size} does not divide layer {layer}'s heads x head_dim "
+                f"({heads} x {head_dim} = {row}), so some token counts cannot be grouped; use a divisor of {row}"
+            )
+        packing = HQQ_PACKING.get(self.nbits, 1) if self.backend in ("hqq", "kvquant") else 1
+        if 1 in (self.axis_key, self.axis_value) and (row // self.group_size) % packing:
+            raise ValueError(
+                f"quantization along axis 1 at {self.nbits} bits packs {packing} groups together, and layer {layer} "
+                f"has {row // self.group_size} groups per token ({row} entries / group_size {self.group_size}): some "
+                "token counts would not pack; use axis 0 or a smaller group size"
+            )
+
     def layer(self, keys: torch.Tensor, values: torch.Tensor, layer: int) -> QuantizedLayer:
         """A quantized cache layer holding ``keys``/``values`` ``[b, heads, n, d]`` (quantized now)."""
+        self.check_shape(keys.shape[1], keys.shape[3], layer)
         settings = {
             "nbits": self.nbits,
             "axis_key": self.axis_key,
@@ -119,9 +140,7 @@ class Quantization:
             raise ValueError(
                 f"the {self.backend!r} backend cannot quantize layer {layer}'s kept keys and values of shape "
                 f"{tuple(keys.shape)} at {self.nbits} bits in groups of {self.group_size} along axes "
-                f"{self.axis_key}/{self.axis_value} ({error}); the group size must divide heads x tokens x head_dim "
-                "(a divisor of heads x head_dim always does), and HQQ along axis 1 also needs the token rows to divide "
-                "into its bit packing: use axis 0 or another group size"
+                f"{self.axis_key}/{self.axis_value}: {error}"
             ) from error
         stored.stored_heads = keys.shape[1]
         stored.token_bytes = keys.shape[3] * keys.element_size() + values.shape[3] * values.element_size()

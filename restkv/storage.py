@@ -22,14 +22,15 @@ from restkv.policy import LayerInputs, Policy
 from restkv.quantize import Quantization
 
 
-def check_storage(policy: Policy, layout: str, quantization: Quantization | None, config: Any) -> None:
-    """Raise for a policy, layout and quantization that cannot be stored together (``config``: the model's)."""
+def check_storage(policy: Policy, layout: str, quantization: Quantization | None, config: Any = None) -> None:
+    """Raise for a policy, layout and quantization that cannot be stored together (``config``: the model's,
+    when known: the runner checks what it can before loading any model)."""
     if policy.think_ratio > 0 and layout != "auto":
         raise ValueError(
             f"think_ratio={policy.think_ratio} prunes key channels of dense layers; layout={layout!r} is not dense: "
             "use layout='auto'"
         )
-    if quantization is None:
+    if quantization is None or not quantization.enabled:
         return
     if layout != "auto" or policy.allocation != "uniform":
         raise NotImplementedError(
@@ -37,6 +38,8 @@ def check_storage(policy: Policy, layout: str, quantization: Quantization | None
             f"layout={layout!r} with allocation={policy.allocation!r} is head-wise: use layout='auto' and "
             "allocation='uniform'"
         )
+    if config is None:
+        return
     grouped = config.num_attention_heads != getattr(config, "num_key_value_heads", config.num_attention_heads)
     if policy.gqa == "expand" and grouped:
         raise NotImplementedError(
