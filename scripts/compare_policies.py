@@ -6,7 +6,9 @@
 For each policy and budget it runs the accuracy benchmark (``--bench``: the micro suite or RULER)
 and the fidelity benchmark (KL to the full cache and greedy agreement on the same prompts) through the normal
 runner, so every run lands in its usual results folder and a rerun resumes. Prints accuracy,
-agreement and KL tables (policies x budgets) and saves a plot of accuracy against budget.
+agreement and KL tables (policies x budgets) and saves a plot of accuracy against budget. Then
+``--quant-policy`` (ReST-KV) with its kept tokens stored quantized at each of ``--quant-bits``
+(``quantization=kivi``, HQQ; 16 = unquantized): accuracy, KL to the full cache and the cache's bytes.
 """
 
 from __future__ import annotations
@@ -32,7 +34,14 @@ POLICIES = [
     "adakv",
     "restkv",
     "ada_restkv",
+    "cam",
+    "think",
+    "criticalkv",
+    "critical_adakv",
+    "dropkv",
 ]
+QUANT_BITS = ["16", "8", "4", "2"]
+"""The quantization table's rows: 16 is the model's own bfloat16 cache, the others ``quantization=kivi``."""
 DEFAULT_TASKS = {
     # micro-llama's full cache solves these at 2048 tokens (its model card): needles in an essay
     # (one key; four keys, one asked; one key's four values) and the passkey in repeated noise
@@ -42,7 +51,7 @@ DEFAULT_TASKS = {
 DEFAULT_SAMPLES = {"micro": 5, "ruler": 10}  # 20-30 prompts per cell; the micro default: ~10 min on 2 CPU cores
 
 
-def run(bench: str, policy: str, budget: str, args: argparse.Namespace) -> dict:
+def run(bench: str, policy: str, budget: str, args: argparse.Namespace, extra: tuple[str, ...] = ()) -> dict:
     tasks = "[" + ",".join(args.tasks) + "]"
     lengths = "[" + ",".join(str(n) for n in args.lengths) + "]"
     source = "bench.source." if bench == "fidelity" else "bench."
@@ -61,9 +70,10 @@ def run(bench: str, policy: str, budget: str, args: argparse.Namespace) -> dict:
     ]
     if bench == "fidelity":
         overrides.append(f"evaluation.tokens={args.fidelity_tokens}")
+    overrides += extra
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
-    hashed = [o for o in overrides if o.startswith(("bench.", "bench@", "evaluation.", "protocol="))]
+    hashed = [o for o in overrides if o.startswith(("bench.", "bench@", "evaluation.", "protocol=", "quantization"))]
     return run_benchmark(cfg, RunSettings(bench, args.model, policy, overrides=hashed, out_dir=Path(args.out)))
 
 
@@ -109,6 +119,9 @@ def main() -> None:
     parser.add_argument("--fidelity-tokens", type=int, default=8)
     parser.add_argument("--no-fidelity", action="store_true")
     parser.add_argument("--out", default="results")
+    parser.add_argument("--quant-policy", default="restkv", help="the policy of the quantization table")
+    parser.add_argument("--quant-bits", nargs="+", default=QUANT_BITS, help="its rows; 16 = unquantized")
+    parser.add_argument("--no-quant", action="store_true", help="skip the quantization table")
     args = parser.parse_args()
     args.tasks = args.tasks or DEFAULT_TASKS[args.bench]
     args.samples = DEFAULT_SAMPLES[args.bench] if args.samples is None else args.samples
@@ -148,6 +161,31 @@ def main() -> None:
     figure = Path(args.out) / "compare" / f"{args.model}-accuracy.png"
     plot(accuracy, args.budgets, args.policies, figure, title)
     print(f"\nplot: {figure}")
+    if not args.no_quant:
+        quantization_table(args, title)
+
+
+def quantization_table(args: argparse.Namespace, title: str) -> None:
+    """``--quant-policy`` at every budget with its cache quantized to each of ``--quant-bits``."""
+    accuracy: dict[tuple[str, str], float] = {}
+    kl: dict[tuple[str, str], float] = {}
+    stored: dict[tuple[str, str], float] = {}
+    rows = [f"{bits}-bit" for bits in args.quant_bits]
+    for bits, row in zip(args.quant_bits, rows, strict=True):
+        extra = () if bits == "16" else ("quantization=kivi", f"quantization.nbits={bits}")
+        for budget in args.budgets:
+            summary = run(args.bench, args.quant_policy, budget, args, extra)
+            accuracy[(row, budget)] = summary["average"]
+            stored[(row, budget)] = summary["cache"]["logical_bytes_mean"] / 1024
+            if not args.no_fidelity:
+                kl[(row, budget)] = run("fidelity", args.quant_policy, budget, args, extra)["kl_average"]
+    print(f"\n{args.quant_policy} with a quantized cache (quantization=kivi, HQQ): accuracy (%) - {title}")
+    print(format_grid(rows, args.budgets, accuracy))
+    if kl:
+        print("\nKL(full || evicted and quantized) over the reference answer (nats per token)")
+        print(format_grid(rows, args.budgets, kl, digits=4))
+    print("\ncache after eviction: KiB stored (quantized part, scales and full-precision residual), mean per prompt")
+    print(format_grid(rows, args.budgets, stored, digits=1))
 
 
 if __name__ == "__main__":

@@ -138,15 +138,18 @@ def test_a_config_edited_between_runs_is_refused_or_gets_its_own_folder(tmp_path
 
 
 def test_a_folder_written_before_new_knobs_existed_resumes_at_their_defaults(tmp_path: Path) -> None:
-    """An identity without the knobs a newer restkv added (here: the head-wise allocation's and the
-    layout) is the same experiment when they are at their defaults, and another one otherwise."""
+    """An identity without the knobs a newer restkv added (here: the head-wise allocation's, merging's,
+    ThinK's, the layout and the quantization) is the same experiment when they are at their defaults,
+    and another one otherwise."""
     out = tmp_path / "out"
     run_here(out, "limit=2")
     (identity_file,) = out.rglob("identity.json")
     saved = json.loads(identity_file.read_text())
-    for knob in ("allocation", "floor", "allocation_normalize", "head_scores", "head_beta"):
+    added = ("allocation", "floor", "allocation_normalize", "head_scores", "head_beta", "merge", "merge_start")
+    for knob in (*added, "merge_seed", "think_ratio", "think_recent", "power"):
         del saved["config"]["policy"][knob]
     del saved["config"]["layout"]
+    del saved["config"]["quantization"]
     identity_file.write_text(json.dumps(saved))
     run_here(out, "limit=4")  # resumes: two more predictions in the same folder
     assert len(predictions(out)) == 4
