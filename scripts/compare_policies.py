@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("--out", default="results")
     parser.add_argument("--quant-policy", default="restkv", help="the policy of the quantization table")
     parser.add_argument("--quant-bits", nargs="+", default=QUANT_BITS, help="its rows; 16 = unquantized")
+    parser.add_argument("--quant-group-size", type=int, default=64, help="must divide kv heads x head_dim")
     parser.add_argument("--no-quant", action="store_true", help="skip the quantization table")
     args = parser.parse_args()
     args.tasks = args.tasks or DEFAULT_TASKS[args.bench]
@@ -172,7 +173,9 @@ def quantization_table(args: argparse.Namespace, title: str) -> None:
     stored: dict[tuple[str, str], float] = {}
     rows = [f"{bits}-bit" for bits in args.quant_bits]
     for bits, row in zip(args.quant_bits, rows, strict=True):
-        extra = () if bits == "16" else ("quantization=kivi", f"quantization.nbits={bits}")
+        group = () if args.quant_group_size == 64 else (f"quantization.group_size={args.quant_group_size}",)
+        quantized = ("quantization=kivi", f"quantization.nbits={bits}", *group)
+        extra = () if bits == "16" else quantized
         for budget in args.budgets:
             summary = run(args.bench, args.quant_policy, budget, args, extra)
             accuracy[(row, budget)] = summary["average"]

@@ -38,6 +38,13 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
         "3",
         "--out",
         str(tmp_path),
+        "--quant-policy",
+        "streamingllm",
+        "--quant-bits",
+        "16",
+        "4",
+        "--quant-group-size",
+        "32",
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert (
@@ -46,6 +53,10 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
         and "KL(full || evicted)" in out
     )
     assert (tmp_path / "compare" / "tiny-random-llama-accuracy.png").exists()
+    quantized = out[out.index("with a quantized cache") :]
+    assert "16-bit" in quantized and "4-bit" in quantized and "KiB stored" in quantized
+    kib = {line.split()[0]: float(line.split()[1]) for line in quantized.splitlines() if line.startswith(("16-", "4-"))}
+    assert kib["4-bit"] < kib["16-bit"] / 2, kib
 
     runs = load_runs(tmp_path)
     accuracy = select(runs, bench=bench)
