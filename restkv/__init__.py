@@ -7,6 +7,7 @@ with compress(model, ReSTKV(), budget=128):
 
 from restkv.integrate import KVCompressor, compress
 from restkv.policy import LayerInputs, Policy
+from restkv.quantize import Quantization
 from restkv.registry import get_policy, policy_names, preset_names, register_policy, register_preset
 from restkv.restkv import ReSTKV
 from restkv.scoring_policy import ScoringPolicy
@@ -17,6 +18,7 @@ __all__ = [
     "KVCompressor",
     "LayerInputs",
     "Policy",
+    "Quantization",
     "ReSTKV",
     "ScoringPolicy",
     "compress",

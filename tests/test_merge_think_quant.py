@@ -186,3 +186,23 @@ def test_criticalkv_first_stage_keeps_the_top_base_scores(make_model) -> None:
 def test_dropkv_is_restkv_without_wo_squared() -> None:
     dropkv = get_policy("dropkv")
     assert (dropkv.use_wo, dropkv.power, dropkv.indicator) == (False, 2.0, "reconstruction")
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"merge": "pivot"}, r"ReSTKV.merge='pivot' is not allowed; choose one of: none, cam"),
+        ({"think_ratio": 1.0}, r"ReSTKV.think_ratio=1.0 is not allowed; it must be a number in \[0, 1\)"),
+        ({"think_ratio": -0.1}, r"ReSTKV.think_ratio=-0.1 is not allowed; it must be a number in \[0, 1\)"),
+        ({"merge_start": 1.5}, r"ReSTKV.merge_start=1.5 is not allowed; it must be a number in \[0, 1\]"),
+        ({"power": -1}, r"ReSTKV.power=-1 is not allowed"),
+    ],
+)
+def test_bad_merge_and_think_knobs_are_named(knobs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        get_policy("restkv", **knobs)
+
+
+def test_merge_and_think_need_a_policy_that_evicts() -> None:
+    with pytest.raises(ValueError, match=r"FullCache keeps every token: merge='cam'"):
+        get_policy("full", merge="cam")
