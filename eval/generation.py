@@ -10,10 +10,16 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from eval.prompting import PromptTokens
-from restkv.devices import synchronize
+from restkv.devices import model_devices, synchronize
 from restkv.integrate import KVCompressor
 
 PROTOCOLS = ("query_aware", "query_agnostic")
+STOP_CHECK_STEPS = {"cpu": 1}
+"""Decode steps between two host reads of the "has an EOS come?" flag, per device type (default
+`DEFAULT_STOP_CHECK_STEPS`). Reading it waits for the device; on a GPU that wait every step would
+put the host's launch time on every step, so up to that many steps past an EOS may run (and are
+counted in ``decode_steps``); the answer is cut at the first EOS either way."""
+DEFAULT_STOP_CHECK_STEPS = 16
 
 
 @dataclass
@@ -23,12 +29,21 @@ class Answer:
     decode_seconds: float
     kept_tokens: float
     """Mean over layers of the prompt tokens kept after eviction."""
+    decode_steps: int = 0
+    """Decode forwards run (``decode_seconds`` is their time): the answer's tokens, plus the steps run
+    past an EOS before the host looked (`STOP_CHECK_STEPS`)."""
 
 
 def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):
     device = model.device
     input_ids = torch.tensor([ids], device=device)
     positions = torch.arange(start, start + len(ids), device=device)[None]
+    return _forward_tensors(model, input_ids, cache, positions, last_only)
+
+
+def _forward_tensors(
+    model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, positions: torch.Tensor, last_only: bool
+) -> torch.Tensor:
     out = model(input_ids=input_ids, cache=cache, position_ids=positions, use_cache=True, logits_to_keep=int(last_only))
     return out.logits[0, -1] if last_only else out.logits[0]
 
@@ -65,28 +80,55 @@ def answer(
     max_new_tokens: int,
     eos_ids: set[int],
 ) -> Answer:
-    """Prefill (evicting at its end), then greedy decoding until EOS or ``max_new_tokens``."""
-    device = model.device
+    """Prefill (evicting at its end), then greedy decoding until EOS or ``max_new_tokens``.
+
+    Decoding keeps its tokens and positions on the model's device and reads the stop flag every
+    `STOP_CHECK_STEPS` steps; every device the model uses is synchronised around each timer.
+    """
+    devices = model_devices(model)
     compressor.reserve_decode(max_new_tokens)
-    synchronize(device)
+    synchronize(*devices)
     start = time.perf_counter()
     cache, logits, kept_tokens = prefill(model, prompt, protocol, compressor)
-    synchronize(device)
+    synchronize(*devices)
     prefill_seconds = time.perf_counter() - start
 
-    tokens: list[int] = []
-    position = prompt.length
     start = time.perf_counter()
+    generated, forwards = _greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
+    synchronize(*devices)
+    seconds = time.perf_counter() - start
+    tokens = generated.tolist()
+    ends = [index for index, token in enumerate(tokens) if token in eos_ids]
+    return Answer(tokens[: ends[0]] if ends else tokens, prefill_seconds, seconds, kept_tokens, forwards)
+
+
+def _greedy(
+    model: PreTrainedModel,
+    cache: DynamicCache,
+    logits: torch.Tensor,
+    position: int,
+    max_new_tokens: int,
+    eos_ids: set[int],
+) -> tuple[torch.Tensor, int]:
+    """Greedy tokens from ``logits`` on (EOS included, possibly followed by a few more) and the forwards run."""
+    device = logits.device
+    every = STOP_CHECK_STEPS.get(device.type, DEFAULT_STOP_CHECK_STEPS)
+    eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
+    generated = torch.empty(max_new_tokens, dtype=torch.long, device=device)
+    positions = torch.arange(position, position + max_new_tokens, device=model.device)
+    ended = torch.zeros((), dtype=torch.bool, device=device)
+    forwards = 0
     for step in range(max_new_tokens):
-        token = int(logits.argmax())
-        if token in eos_ids:
-            break
-        tokens.append(token)
+        token = logits.argmax()
+        generated[step] = token
+        ended |= torch.isin(token, eos)
+        if ((step + 1) % every == 0 or step + 1 == max_new_tokens) and bool(ended):
+            return generated[: step + 1], forwards
         if step + 1 < max_new_tokens:
-            logits = _forward(model, [token], cache, position)
-            position += 1
-    synchronize(device)
-    return Answer(tokens, prefill_seconds, time.perf_counter() - start, kept_tokens)
+            input_ids = token.view(1, 1).to(model.device)
+            logits = _forward_tensors(model, input_ids, cache, positions[step : step + 1].view(1, 1), True)
+            forwards += 1
+    return generated, forwards
 
 
 @torch.no_grad()

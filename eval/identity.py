@@ -38,9 +38,16 @@ class IdentityMismatch(RuntimeError):
     """The run folder holds predictions of another experiment."""
 
 
+NOT_MODEL_IDENTITY = ("device_map",)
+"""``model`` keys that only place the model (on which GPUs), not what it predicts."""
+
+
 def run_identity(config: dict[str, Any], weights: str | None) -> dict[str, Any]:
     """What makes a run the experiment it is (see the module docstring)."""
-    return {"config": {k: v for k, v in config.items() if k not in NOT_IDENTITY}, "weights": weights}
+    kept = {k: v for k, v in config.items() if k not in NOT_IDENTITY}
+    if isinstance(kept.get("model"), dict):
+        kept["model"] = {k: v for k, v in kept["model"].items() if k not in NOT_MODEL_IDENTITY}
+    return {"config": kept, "weights": weights}
 
 
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:

@@ -32,7 +32,12 @@ if TYPE_CHECKING:  # transformers is imported when a model is loaded, not to che
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2")
+"""Attention backends runs may name. ``flash_attention_2`` is the authors' (GPU tests cover it);
+``flash_attention_3`` is refused (`UNTESTED_ATTENTION`) until a test runs it."""
+UNTESTED_ATTENTION = {"flash_attention_3": "no test runs it on a GPU yet; use flash_attention_2 (the authors') or sdpa"}
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+"""``model.device_map`` values that split a model over every visible GPU (Accelerate places the layers)."""
 
 
 @dataclass
@@ -46,6 +51,9 @@ class ModelSpec:
     chat_template: wrap prompts in the tokenizer's chat template (benchmarks may opt out per task).
     random_init: build the architecture from ``config.json`` with random weights (no weights
       needed: smoke tests, latency); ``seed`` seeds them.
+    device_map: null loads the weights straight onto the run's ``device``; ``auto`` (or another of
+      `DEVICE_MAPS`) splits the layers over every visible GPU, as a 70B model needs. Placement only:
+      not part of a run's identity.
     """
 
     name: str
@@ -57,10 +65,14 @@ class ModelSpec:
     tokenizer: str | None = None
     random_init: bool = False
     seed: int = 0
+    device_map: str | None = None
 
     def __post_init__(self) -> None:
         """Refuse a wrong type or value by its key: ``chat_template=maybe`` would otherwise read as true."""
         torch_dtype(self.dtype, "model.dtype")
+        if self.attn_implementation in UNTESTED_ATTENTION:
+            reason = UNTESTED_ATTENTION[self.attn_implementation]
+            raise ValueError(f"model.attn_implementation={self.attn_implementation!r} is not supported: {reason}")
         for key, (allowed, rule) in FIELD_RULES.items():
             value = getattr(self, key)
             if not rule(value):
@@ -75,15 +87,25 @@ def _is_text(value: object) -> bool:
     return isinstance(value, str) and value != ""
 
 
+def _is_device_map(value: object) -> bool:
+    if value is None or value in DEVICE_MAPS:
+        return True
+    return _is_text(value) and re.fullmatch(r"cpu|cuda(:\d+)?", value) is not None
+
+
 FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "name": ("use a non-empty string", _is_text),
     "path": ("use a local folder or a hub id (owner/name)", _is_text),
-    "attn_implementation": (f"choose one of: {', '.join(ATTN_IMPLEMENTATIONS)}", ATTN_IMPLEMENTATIONS.__contains__),
+    "attn_implementation": (
+        f"choose one of: {', '.join(ATTN_IMPLEMENTATIONS)}",
+        lambda value: value not in UNTESTED_ATTENTION and value in ATTN_IMPLEMENTATIONS,
+    ),
     "max_context": ("use an integer >= 2", lambda value: _is_int(value) and value >= 2),
     "chat_template": ("use true or false", lambda value: isinstance(value, bool)),
     "tokenizer": ("use a local folder, a hub id (owner/name) or null", lambda value: value is None or _is_text(value)),
     "random_init": ("use true or false", lambda value: isinstance(value, bool)),
     "seed": ("use an integer", _is_int),
+    "device_map": (f"use null, {', '.join(DEVICE_MAPS)}, cpu, cuda or cuda:N", _is_device_map),
 }
 """What each ModelSpec field allows (``dtype`` is checked by restkv.devices, the home of dtypes)."""
 
@@ -133,7 +155,7 @@ def check_model(spec: ModelSpec) -> None:
             )
 
 
-FLASH_PACKAGES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+FLASH_PACKAGES = {"flash_attention_2": "flash_attn"}
 """The package each flash-attention backend needs (transformers imports it when the model loads)."""
 
 
@@ -410,21 +432,54 @@ def load_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(resolve(spec.tokenizer or spec.path))
 
 
+def check_device_map(spec: ModelSpec, device: torch.device) -> None:
+    """Refuse, before any work, a ``model.device_map`` that cannot place the model here."""
+    if spec.device_map not in DEVICE_MAPS:
+        return
+    key = f"model.device_map={spec.device_map}"
+    if importlib.util.find_spec("accelerate") is None:
+        raise ValueError(f"{key} needs the 'accelerate' package: pip install -e '.[gpu]' (or accelerate)")
+    if device.type != "cuda":
+        raise ValueError(
+            f"{key} splits the model over GPUs and this run's device is {device.type!r}; "
+            "leave model.device_map=null on a CPU"
+        )
+
+
 def load_model(spec: ModelSpec, device: torch.device) -> PreTrainedModel:
-    """The model in eval mode on ``device`` with the configured dtype and attention backend."""
+    """The model in eval mode with the configured dtype and attention backend, placed straight on its devices.
+
+    Weights load directly onto ``device`` (or, with ``model.device_map=auto``, onto every visible
+    GPU, layer by layer), never all through host memory first; random weights are built there.
+    """
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    check_device_map(spec, device)
     source = resolve(spec.path)
     dtype = torch_dtype(spec.dtype, "model.dtype")
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": spec.attn_implementation}
-    if spec.random_init:
-        config = AutoConfig.from_pretrained(source)
-        torch.manual_seed(spec.seed)
+    placement = spec.device_map if spec.device_map is not None else str(device)
+    if not spec.random_init:
+        model = AutoModelForCausalLM.from_pretrained(source, device_map=placement, **kwargs)
+        return model.eval()
+    config = AutoConfig.from_pretrained(source)
+    torch.manual_seed(spec.seed)
+    if spec.device_map in DEVICE_MAPS:
+        return _dispatched(AutoModelForCausalLM.from_config(config, **kwargs), spec.device_map).eval()
+    with torch.device(placement):
         model = AutoModelForCausalLM.from_config(config, **kwargs)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
-    return model.to(device).eval()
+    return model.eval()
+
+
+def _dispatched(model: PreTrainedModel, device_map: str) -> PreTrainedModel:
+    """``model`` (built in host memory) spread over the GPUs as Accelerate's ``device_map`` strategy places it."""
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    placement = infer_auto_device_map(
+        model, no_split_module_classes=model._no_split_modules, balanced_low_0=device_map == "balanced_low_0"
+    )
+    return dispatch_model(model, device_map=placement)
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:

@@ -39,6 +39,7 @@ NAMING_KEYS = {
     "out_dir",
     "limit",
     "device",
+    "model.device_map",
     "experiment",
     "allow_skips",
     "on_change",

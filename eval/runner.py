@@ -15,6 +15,7 @@ from eval.identity import claimed_folder, run_identity
 from eval.models import (
     ModelSpec,
     check_attention_backend,
+    check_device_map,
     check_model,
     eos_token_ids,
     load_model,
@@ -95,6 +96,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     check_model(spec)
     device = pick_device(cfg.device)
     check_attention_backend(spec, device.type)
+    check_device_map(spec, device)
     budget = Budget(cfg.budget)
     policy = instantiate(cfg.policy, _convert_="all")
     check_storage(policy, cfg.get("layout", "auto"), quantization)

@@ -4,9 +4,12 @@ after a prefill that kept everything), and the cache argument across transformer
 `CompressedLayer` behaves like transformers' `DynamicLayer` (decoding appends) with two additions:
 - ``repeat``: incoming key/value heads are repeated to the query heads, for ``gqa='expand'``
   where the evicted cache keeps one selection per query head;
-- ``reserve``: room for that many decoded tokens is allocated once, so each step writes one
+- ``reserve``: room for that many decoded tokens is allocated at once, so each step writes one
   slot instead of copying the whole cache (growing by concatenation copies everything every
-  step). Past the reserve it falls back to concatenation.
+  step). Past it the buffer grows by another ``reserve`` tokens: one copy per ``reserve`` steps.
+  `restkv.integrate.KVCompressor` caps the reserve at `DECODE_RESERVE_CHUNK` tokens, so a long
+  generation (InfiniteBench's ``math_calc`` asks for 30,000) does not allocate its whole length
+  up front.
 
 The cache argument: transformers before 5.24 call it ``past_key_values`` (models' and attention
 modules' ``forward``, outputs' field); 5.24 renamed it ``cache`` and keeps ``past_key_values`` as a
@@ -30,6 +33,10 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.utils import ModelOutput
 
+DECODE_RESERVE_CHUNK = 1024
+"""The most decoded tokens a layer preallocates at once (and then grows by): 128 MiB at an 8B model's
+128 KiB per token, where a 30,000-token reserve would be 3.75 GiB allocated before the first token."""
+
 CACHE_KEYWORDS = ("cache", "past_key_values")
 """The cache argument's name in models' and attention modules' ``forward``: the newer name first."""
 
@@ -43,16 +50,23 @@ class CompressedLayer(DynamicLayer):
         self.dtype, self.device = keys.dtype, keys.device  # as DynamicLayer.lazy_initialization sets them
         self.is_initialized = True
         self._length = keys.shape[2]
+        self.growth = reserve
         if reserve > 0:
-            shape = (*keys.shape[:2], self._length + reserve, keys.shape[3])
-            self._key_buffer = keys.new_empty(shape)
-            self._value_buffer = values.new_empty((*shape[:3], values.shape[3]))
-            self._key_buffer[:, :, : self._length] = keys
-            self._value_buffer[:, :, : self._length] = values
-            self._expose()
+            self._allocate(keys, values, reserve)
         else:
             self._key_buffer = self._value_buffer = None
             self.keys, self.values = keys, values
+
+    def _allocate(self, keys: torch.Tensor, values: torch.Tensor, spare: int) -> None:
+        """Buffers holding ``keys``/``values`` (the layer's whole content) and ``spare`` free slots."""
+        shape = (*keys.shape[:2], keys.shape[2] + spare, keys.shape[3])
+        key_buffer = keys.new_empty(shape)
+        value_buffer = values.new_empty((*shape[:3], values.shape[3]))
+        key_buffer[:, :, : keys.shape[2]] = keys
+        value_buffer[:, :, : keys.shape[2]] = values
+        self._key_buffer, self._value_buffer = key_buffer, value_buffer
+        self._length = keys.shape[2]
+        self._expose()
 
     @property
     def capacity(self) -> int:
@@ -70,13 +84,14 @@ class CompressedLayer(DynamicLayer):
             key_states = key_states.repeat_interleave(self.repeat, dim=1)
             value_states = value_states.repeat_interleave(self.repeat, dim=1)
         new = key_states.shape[2]
+        if self.growth > 0 and self._length + new > self.capacity:  # full: grow by another reserve
+            self._allocate(self.keys, self.values, new + self.growth)
         if self._key_buffer is not None and self._length + new <= self.capacity:
             self._key_buffer[:, :, self._length : self._length + new] = key_states
             self._value_buffer[:, :, self._length : self._length + new] = value_states
             self._length += new
             self._expose()
         else:
-            self._key_buffer = self._value_buffer = None
             self.keys = torch.cat([self.keys, key_states], dim=-2)
             self.values = torch.cat([self.values, value_states], dim=-2)
             self._length = self.keys.shape[2]

@@ -36,7 +36,18 @@ def pick_device(name: str, key: str = "device") -> torch.device:
     return device
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (a no-op on CPUs), so that a timer reads finished work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def synchronize(*devices: torch.device) -> None:
+    """Wait for the queued work of every device given (a no-op on CPUs), so that a timer reads finished work.
+
+    A model split over several GPUs (``model.device_map=auto``) runs its last layers on another
+    device than its first: timing it means waiting for all of them (`model_devices`).
+    """
+    for device in dict.fromkeys(devices):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+def model_devices(model: torch.nn.Module) -> tuple[torch.device, ...]:
+    """Every device holding one of ``model``'s parameters or buffers, in the order they first appear."""
+    found = dict.fromkeys(tensor.device for tensor in (*model.parameters(), *model.buffers()))
+    return tuple(found) or (torch.device("cpu"),)

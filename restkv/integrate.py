@@ -54,6 +54,7 @@ from restkv.allocation import HeadSelection
 from restkv.attention import ACTIVE, install, uninstall
 from restkv.cache import (
     CACHE_KEYWORDS,
+    DECODE_RESERVE_CHUNK,
     cache_keyword,
     forward_inputs,
     passed_cache,
@@ -77,7 +78,8 @@ SUPPORTED_MODELS = (
 )
 SUPPORTED_TRANSFORMERS = ">=5.2,<6"
 """The transformers releases restkv supports (pyproject's pin; CI tests the oldest 5.2.x and the newest)."""
-SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2")
+"""Backends eviction runs under (flash_attention_2 is covered by the `gpu`-marked tests; others are refused)."""
 DECODE_KERNELS = ("model", "gemm")
 """``model``: decode steps use the model's attention function (bit-identical to running without
 compression); ``gemm``: on CPU, `restkv.decode.decode_attention` (the same attention, computed as
@@ -114,7 +116,8 @@ class PrefillRecord:
     head_lengths: list[list[int] | None] = field(default_factory=list)
     indices: list[torch.Tensor | HeadSelection | None] = field(default_factory=list)
     sizes: list[LayerSize] = field(default_factory=list)
-    eviction_seconds: float = 0.0
+    eviction_seconds: float | None = None
+    """Device time of eviction over all layers; None unless the compressor is ``timed``."""
 
     def size_summary(self) -> dict[str, Any]:
         """Totals over layers and the per-layer sizes, for result files."""
@@ -139,7 +142,8 @@ class KVCompressor:
     layers; `reserve_decode` changes it between prompts. ``decode_kernel`` (see `DECODE_KERNELS`)
     picks the attention of decode steps on CPU. ``timed`` synchronises the device around each
     layer's eviction, so that ``record.eviction_seconds`` is the device time of eviction alone
-    (two synchronisations per layer on a GPU: for measurements, not for throughput).
+    (two synchronisations per layer on a GPU: for measurements, not for throughput); untimed,
+    ``record.eviction_seconds`` is None (a host clock around queued GPU work would measure nothing).
     ``record`` holds what the last prefill kept and how long its eviction took.
 
     ``layout`` (see `restkv.layouts.LAYOUTS`) stores what is kept: ``auto`` keeps dense layers when
@@ -397,14 +401,16 @@ class KVCompressor:
             )
         if queries.shape[0] != 1:
             raise NotImplementedError(f"eviction runs on batch size 1; got batch size {queries.shape[0]}")
-        if self.timed:
-            synchronize(queries.device)
+        if not self.timed:
+            with torch.no_grad():
+                self._evict(module, cache, layer_cache, queries)
+            return
+        synchronize(queries.device)
         start = time.perf_counter()
         with torch.no_grad():
             self._evict(module, cache, layer_cache, queries)
-        if self.timed:
-            synchronize(queries.device)
-        self.record.eviction_seconds += time.perf_counter() - start
+        synchronize(queries.device)
+        self.record.eviction_seconds = (self.record.eviction_seconds or 0.0) + time.perf_counter() - start
 
     def _evict(self, module: nn.Module, cache: Cache, layer_cache: DynamicLayer, queries: torch.Tensor) -> None:
         layer = module.layer_idx
@@ -428,7 +434,7 @@ class KVCompressor:
         evicted = getattr(self._forward, "evicted", None)
         if evicted is not None:
             evicted.add(layer)
-        reserve = 0 if self.quantization else self.decode_reserve
+        reserve = 0 if self.quantization else min(self.decode_reserve, DECODE_RESERVE_CHUNK)
         stored, pruned = stored_layer(
             self.policy, inputs, queries, selection, layer_cache, self.layout, reserve, self._guard, self.quantization
         )

@@ -96,6 +96,7 @@ class VarlenLayer(DynamicLayer):
         self.is_initialized = True
         self.repeat = repeat
         self._guard = guard or _default_guard
+        self.growth = reserve
         self._store(keys, values, list(lengths), [n + reserve for n in lengths])
 
     def _store(self, keys: torch.Tensor, values: torch.Tensor, lengths: list[int], capacities: list[int]) -> None:
@@ -161,12 +162,12 @@ class VarlenLayer(DynamicLayer):
             self.values.index_copy_(0, rows, new_values.reshape(-1, new_values.shape[-1]))
             self.lengths = [n + new for n in self.lengths]
             self._register()
-        else:  # past the reserve: rebuild with the new tokens, no spare room (like a growing dynamic layer)
+        else:  # past the reserve: rebuild with the new tokens and another reserve of room (none without one)
             heads = self.head_states()
             keys = torch.cat([torch.cat([k, new_keys[h]]) for h, (k, _) in enumerate(heads)])
             values = torch.cat([torch.cat([v, new_values[h]]) for h, (_, v) in enumerate(heads)])
             lengths = [n + new for n in self.lengths]
-            self._store(keys, values, lengths, lengths)
+            self._store(keys, values, lengths, [n + self.growth for n in lengths])
         return self.keys, self.values
 
     def get_seq_length(self, *args: object) -> int:

@@ -22,6 +22,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from restkv.worksizes import rows_at_once
+
 SATURATION_EPS = 1e-6
 """``1 - a`` is floored at this value in the odds ratio ``a / (1 - a)`` (see `reconstruction_odds`)."""
 
@@ -112,6 +114,10 @@ def odds(attention: torch.Tensor) -> torch.Tensor:
     return attention / (1 - attention).clamp_min(SATURATION_EPS)
 
 
+SCORING_CHUNK = 512
+"""Past tokens scored per step on a CPU (`restkv.worksizes.rows_at_once` sizes it on a GPU)."""
+EXACT_BLOCK = 256
+"""Cancelling distances recomputed per step on a CPU."""
 CANCELLATION_GUARD = 1e-2
 """Squared distances below this fraction of ``vGv + oGo`` are recomputed from the difference."""
 
@@ -121,7 +127,7 @@ def reconstruction_after(
     values: torch.Tensor,
     gram: torch.Tensor | None,
     tau: float,
-    chunk: int = 512,
+    chunk: int | None = None,
 ) -> torch.Tensor:
     """ReST-KV's output-change score from an aggregated attention row (``after`` order).
 
@@ -138,12 +144,17 @@ def reconstruction_after(
     A token holding all the attention (``1 - a_j`` below `SATURATION_EPS`) has ``o == v_j`` up to
     rounding, so its distance is replaced by ``||W_o^h v_j||`` (the output it alone carries); it
     then ranks first instead of producing ``inf * 0 = NaN`` as the reference code does.
+
+    Past tokens are processed ``chunk`` at a time: by default `SCORING_CHUNK` on a CPU and as
+    many as fit a GPU's free memory (`restkv.worksizes`), so a GPU scores any prompt in one pass.
     """
     b, h, past = attention.shape
-    num_kv = values.shape[1]
+    num_kv, d = values.shape[1], values.shape[-1]
     v = values[:, :, :past].float()  # [b, kv, P, d]
     a = _group(attention, num_kv)  # [b, kv, g, P]
     out = a @ v  # [b, kv, g, d]
+    if chunk is None:  # per token: the [b, kv, g, d] temporaries of one chunk row, float32
+        chunk = rows_at_once(past, 4 * b * h * d * 3, values.device, SCORING_CHUNK)
     if gram is None:
         squared, own = _plain_squared_distances(out, v, chunk)
     else:
@@ -191,10 +202,12 @@ def _gram_squared_distances(out: torch.Tensor, v: torch.Tensor, gram: torch.Tens
 
 
 def _exact_squared_distances(
-    where: torch.Tensor, out: torch.Tensor, v: torch.Tensor, gram: torch.Tensor, block: int = 256
+    where: torch.Tensor, out: torch.Tensor, v: torch.Tensor, gram: torch.Tensor
 ) -> torch.Tensor:
     """``||W_o^h (o_h - v_j)||^2`` from the difference, for the entries selected by ``where``."""
     bi, ki, gi, pi = where.nonzero(as_tuple=True)
+    d = out.shape[-1]
+    block = rows_at_once(bi.shape[0], 4 * (d * d + 3 * d), out.device, EXACT_BLOCK)  # a gathered d x d Gram each
     result = out.new_empty(bi.shape[0])
     for start in range(0, bi.shape[0], block):
         s = slice(start, start + block)

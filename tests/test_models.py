@@ -284,7 +284,7 @@ def test_a_missing_shard_is_named(tmp_path: Path) -> None:
         ("random_init", 1, "use true or false"),
         ("max_context", 1, "use an integer >= 2"),
         ("max_context", "4096", "use an integer >= 2"),
-        ("attn_implementation", "flash", "choose one of: eager, sdpa, flash_attention_2, flash_attention_3"),
+        ("attn_implementation", "flash", "choose one of: eager, sdpa, flash_attention_2"),
         ("seed", 1.5, "use an integer"),
         ("tokenizer", "", "use a local folder, a hub id (owner/name) or null"),
         ("dtype", "fp8", "choose one of: float32, bfloat16, float16"),

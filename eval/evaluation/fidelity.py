@@ -27,11 +27,30 @@ from eval.generation import answer, teacher_forced_logprobs
 from eval.prompting import PromptTokens
 from eval.sample import Sample
 
-_MAX_REFERENCES = 512
+REFERENCE_CACHE_BYTES = 1 << 30
+"""Host memory the full-cache references of one model may take (oldest dropped first): each is
+``[reference tokens, vocab]`` float32 log-probabilities, ~0.5 MB per token at a 128k vocabulary."""
 Reference = tuple[torch.Tensor, list[int], list[int]]
 # Full-cache references do not depend on the policy: kept per model (dropped with it) for the other
-# policies and budgets compared in the same process.
+# policies and budgets compared in the same process, in host memory so that the GPU holds only the
+# sample being scored.
 _FULL_CACHE_REFERENCES: weakref.WeakKeyDictionary[Any, OrderedDict[tuple, Reference]] = weakref.WeakKeyDictionary()
+
+
+def reference_bytes(model: Any) -> int:
+    """Bytes the cached full-cache references of ``model`` take (all in host memory)."""
+    cached = _FULL_CACHE_REFERENCES.get(model, {})
+    return sum(logprobs.nbytes for logprobs, _, _ in cached.values())
+
+
+def _remember(cached: OrderedDict[tuple, Reference], key: tuple, reference: Reference, limit: int) -> None:
+    """Keep ``reference`` unless it alone exceeds ``limit``, dropping the oldest until all fit."""
+    size = reference[0].nbytes
+    if size > limit:
+        return
+    while cached and sum(entry[0].nbytes for entry in cached.values()) + size > limit:
+        cached.popitem(last=False)
+    cached[key] = reference
 
 
 @dataclass
@@ -51,10 +70,11 @@ class Fidelity:
 
     @torch.no_grad()
     def evaluate(self, benchmark: Benchmark, session: Session, sample: Sample, prompt: PromptTokens) -> dict[str, Any]:
-        full_reference, greedy, reference = self._full_cache_reference(session, sample, prompt)
+        stored, greedy, reference = self._full_cache_reference(session, sample, prompt)
         evicted_reference, evicted_greedy = teacher_forced_logprobs(
             session.model, prompt, session.compressor, session.protocol, [reference, greedy]
         )
+        full_reference = stored.to(evicted_reference.device)
         kept = session.compressor.record.kept
         kl = (full_reference.exp() * (full_reference - evicted_reference)).sum(-1).clamp_min(0)
         agreement = (evicted_greedy.argmax(-1) == torch.tensor(greedy, device=evicted_greedy.device)).float()
@@ -69,17 +89,18 @@ class Fidelity:
         """Full-cache log-probs over the reference, the full cache's greedy tokens, the reference tokens."""
         cached = _FULL_CACHE_REFERENCES.setdefault(session.model, OrderedDict())
         key = (session.protocol, tuple(prompt.context), tuple(prompt.query), self.tokens, sample.references[0])
-        if key not in cached:
-            model, compressor, protocol = session.model, session.compressor, session.protocol
-            text = self.answer_separator + sample.references[0]
-            reference = session.tokenizer(text, add_special_tokens=False)["input_ids"]
-            with compressor.paused():
-                greedy = answer(model, prompt, compressor, protocol, self.tokens, set()).tokens
-                (logprobs,) = teacher_forced_logprobs(model, prompt, compressor, protocol, [reference])
-            if len(cached) >= _MAX_REFERENCES:
-                cached.popitem(last=False)
-            cached[key] = (logprobs, greedy, reference)
-        return cached[key]
+        if key in cached:
+            cached.move_to_end(key)
+            return cached[key]
+        model, compressor, protocol = session.model, session.compressor, session.protocol
+        text = self.answer_separator + sample.references[0]
+        reference = session.tokenizer(text, add_special_tokens=False)["input_ids"]
+        with compressor.paused():
+            greedy = answer(model, prompt, compressor, protocol, self.tokens, set()).tokens
+            (logprobs,) = teacher_forced_logprobs(model, prompt, compressor, protocol, [reference])
+        entry = (logprobs.cpu(), greedy, reference)
+        _remember(cached, key, entry, REFERENCE_CACHE_BYTES)
+        return entry
 
     def report(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         by_task: dict[str, list[float]] = defaultdict(list)

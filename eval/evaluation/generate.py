@@ -28,6 +28,7 @@ class Generate:
             "prefill_seconds": round(reply.prefill_seconds, 4),
             "decode_seconds": round(reply.decode_seconds, 4),
             "new_tokens": len(reply.tokens),
+            "decode_steps": reply.decode_steps,
         }
 
     def report(self, records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from transformers import DynamicCache, PreTrainedModel
 from baselines.full import FullCache
 from eval.latency.headwise import HEADWISE, attention_ms
 from eval.latency.modeling import cache_bytes, synthetic_cache
-from restkv.devices import synchronize
+from restkv.devices import model_devices, synchronize
 from restkv.integrate import KVCompressor
 from restkv.policy import Policy
 
@@ -73,28 +73,42 @@ def compressor_for(
 def prefill(model: PreTrainedModel, ids: torch.Tensor, compressor: KVCompressor) -> tuple[PrefillRun, DynamicCache]:
     """Time one prefill (eviction at its end included); ``compressor`` must be entered."""
     cache = DynamicCache(config=model.config)
-    synchronize(ids.device)
+    devices = model_devices(model)
+    synchronize(*devices)
     start = time.perf_counter()
     forward(model, ids, cache, 0)
-    synchronize(ids.device)
+    synchronize(*devices)
     seconds = time.perf_counter() - start
     return PrefillRun(seconds, compressor.record.eviction_seconds, cache_bytes(cache)), cache
 
 
+DECODE_WINDOW = 8
+"""Decode steps timed together: the device is synchronised at a window's ends only, so the host's wait
+for each token is not on every step (a sync per step would add the launch latency of the next step)."""
+
+
 @torch.no_grad()
 def decode(model: PreTrainedModel, cache: DynamicCache, position: int, warmup: int, steps: int) -> list[float]:
-    """Seconds of each of ``steps`` greedy decode steps after ``warmup`` untimed ones."""
-    device = model.device
-    token = torch.ones((1, 1), dtype=torch.long, device=device)
-    times = []
-    for step in range(warmup + steps):
-        synchronize(device)
+    """Seconds per step of ``steps`` greedy decode steps after ``warmup`` untimed ones.
+
+    The token stays on the device; steps are timed in windows of `DECODE_WINDOW` (every device of
+    the model synchronised at each window's ends), each step of a window given the window's mean.
+    """
+    devices = model_devices(model)
+    token = torch.ones((1, 1), dtype=torch.long, device=model.device)
+    for step in range(warmup):
+        token = forward(model, token, cache, position + step).argmax().view(1, 1)
+    times: list[float] = []
+    done = 0
+    while done < steps:
+        window = min(DECODE_WINDOW, steps - done)
+        synchronize(*devices)
         start = time.perf_counter()
-        logits = forward(model, token, cache, position + step)
-        token = logits.argmax().view(1, 1)
-        synchronize(device)
-        if step >= warmup:
-            times.append(time.perf_counter() - start)
+        for step in range(window):
+            token = forward(model, token, cache, position + warmup + done + step).argmax().view(1, 1)
+        synchronize(*devices)
+        times.extend([(time.perf_counter() - start) / window] * window)
+        done += window
     return times
 
 
