@@ -167,19 +167,27 @@ def check_attention_backend(spec: ModelSpec, device_type: str) -> None:
     name the compressor then refuses). No fallback is made here: the backend a run used is the one
     its config, and so its identity, names.
     """
-    package = FLASH_PACKAGES.get(spec.attn_implementation)
+    check_backend_runs(
+        spec.attn_implementation, device_type, "model.attn_implementation", "device=cuda",
+        " (recorded in the run's identity and folder name)",
+    )  # fmt: skip
+
+
+def check_backend_runs(implementation: str, device_type: str, key: str, gpu_override: str, note: str = "") -> None:
+    """Refuse ``implementation`` (the value of setting ``key``) where its package or a CUDA device is missing."""
+    package = FLASH_PACKAGES.get(implementation)
     if package is None:
         return
-    key = f"model.attn_implementation={spec.attn_implementation}"
+    setting = f"{key}={implementation}"
     if importlib.util.find_spec(package) is None:
         raise ValueError(
-            f"{key} needs the {package!r} package, which is not installed here (it needs a CUDA GPU); install it, "
-            "or run with model.attn_implementation=sdpa (recorded in the run's identity and folder name)"
+            f"{setting} needs the {package!r} package, which is not installed here (it needs a CUDA GPU); install "
+            f"it, or run with {key}=sdpa{note}"
         )
     if device_type != "cuda":
         raise ValueError(
-            f"{key} runs on CUDA GPUs only and this run's device is {device_type!r}; "
-            "run on a GPU (device=cuda) or with model.attn_implementation=sdpa"
+            f"{setting} runs on CUDA GPUs only and this run's device is {device_type!r}; "
+            f"run on a GPU ({gpu_override}) or with {key}=sdpa"
         )
 
 

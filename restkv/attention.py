@@ -9,7 +9,8 @@ implementation, counted by users); for modules under a compressor it
 1. records the prefill queries the policy needs (``compressor._capture``);
 2. adapts the model's mask to a layer whose cache length differs from layer 0's (PyramidKV);
 3. computes attention over a head-wise layout: `restkv.varlen.varlen_attention` for a varlen
-   layer, the model's own kernel with a per-head mask for a masked one (`restkv.layouts`);
+   layer, the model's own kernel with a per-head mask for a masked one (`restkv.layouts`), and
+   with the filled slots' mask for a static-shape one (`restkv.static`);
 4. otherwise calls what would have run without it (a locally registered override, else the
    implementation's function), with ``decode_kernel='gemm'`` decode steps on CPU computed by
    `restkv.decode.decode_attention`.
@@ -30,6 +31,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.decode import can_use_decode_attention, decode_attention
 from restkv.layouts import MaskedLayer, VarlenLayer, layout_of, reader_installed
+from restkv.static import StaticLayer
 from restkv.varlen import varlen_attention
 
 ACTIVE: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
@@ -61,7 +63,7 @@ def mask_for_layer(mask: torch.Tensor, kv_length: int, q_length: int) -> torch.T
 
 def _masked_call(
     original: Callable[..., Any],
-    layer: MaskedLayer,
+    layer: MaskedLayer | StaticLayer,
     implementation: str,
     module: nn.Module,
     query,
@@ -70,7 +72,7 @@ def _masked_call(
     args,
     kwargs,
 ):
-    """The model's attention over a masked layer, with the per-head mask in place of the model's."""
+    """The model's attention over a masked or static layer, with the layer's mask in place of the model's."""
     given = args[0] if args and torch.is_tensor(args[0]) else None
     dtype = given.dtype if given is not None else (query.dtype if implementation == "eager" else torch.bool)
     mask = layer.attention_mask(query.shape[2], query.shape[1], dtype)
@@ -92,7 +94,11 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
         layout = layout_of(key)
         if isinstance(layout, VarlenLayer):
             return varlen_attention(module, query, layout, compressor.varlen_kernel, **kwargs)
-        if isinstance(layout, MaskedLayer):
+        if isinstance(layout, (MaskedLayer, StaticLayer)):
+            if implementation.startswith("flash"):
+                raise NotImplementedError(
+                    f"{type(layout).__name__} needs a per-slot mask, which {implementation} does not take; use sdpa or eager"
+                )
             return _masked_call(original, layout, implementation, module, query, key, value, args, kwargs)
         if args and torch.is_tensor(args[0]) and args[0].dim() == 4:
             args = (mask_for_layer(args[0], key.shape[2], query.shape[2]), *args[1:])

@@ -57,8 +57,13 @@ def _default_guard() -> None:
         )
 
 
-def layout_of(keys: torch.Tensor) -> VarlenLayer | MaskedLayer | None:
-    """The varlen or masked layer whose ``update`` returned ``keys``, else None."""
+def register_layout(keys: torch.Tensor, layer: DynamicLayer) -> None:
+    """Let attention find ``layer`` (a layout with its own attention path) from the ``keys`` it returns."""
+    _LAYOUT_OF[keys] = weakref.ref(layer)
+
+
+def layout_of(keys: torch.Tensor) -> DynamicLayer | None:
+    """The varlen, masked or static layer whose ``update`` returned ``keys``, else None."""
     ref = _LAYOUT_OF.get(keys)
     return None if ref is None else ref()
 
@@ -285,6 +290,11 @@ def layer_size(layer: DynamicLayer) -> LayerSize:
         return LayerSize(0, 0, 0)
     heads, length = keys.shape[1], keys.shape[2]
     row = keys.shape[3] * keys.element_size() + values.shape[3] * values.element_size()
+    if hasattr(layer, "filled_tokens"):  # a static-shape layer (restkv.static): full-size buffers, partly filled
+        filled = layer.filled_tokens
+        stored = heads * filled * row
+        return LayerSize(heads * filled, stored, _nbytes(keys, values), heads, heads * length * row,
+                         (length - filled) * heads * row, heads * row)  # fmt: skip
     stored = heads * length * row
     free = layer.capacity - length if isinstance(layer, CompressedLayer) else 0
     buffers = (layer._key_buffer, layer._value_buffer) if isinstance(layer, CompressedLayer) else (None, None)

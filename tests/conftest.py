@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from transformers import (
@@ -50,6 +52,18 @@ def tiny_model(
             if name.endswith(("q_proj.weight", "k_proj.weight")):
                 parameter.mul_(8)
     return model
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu``-marked tests where CUDA is absent, saying how to run them.
+
+    ``RESTKV_GPU_TESTS_DEVICE=cpu`` runs them on the CPU instead (tests/test_gpu.py: a dry run)."""
+    if torch.cuda.is_available() or os.environ.get("RESTKV_GPU_TESTS_DEVICE") == "cpu":
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: scripts/gpu_check.sh runs the gpu-marked tests on one")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture

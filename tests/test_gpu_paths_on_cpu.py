@@ -140,3 +140,42 @@ def test_a_bad_device_map_is_named(value):
 def test_flash_attention_3_is_refused_as_untested():
     with pytest.raises(ValueError, match=r"flash_attention_3' is not supported: no test runs it"):
         ModelSpec(name="t", path="models/tiny-random-llama", attn_implementation="flash_attention_3")
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_a_static_shape_cache_decodes_as_the_dynamic_one(make_model, arch, attn):
+    from eval.latency.timing import decode, decode_static, forward
+    from restkv.layouts import layer_size
+    from restkv.static import StaticLayer, to_static
+
+    model = make_model(arch, attn=attn)
+    ids = torch.randint(0, 128, (1, 300), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for static in (False, True):
+        with compress(model, get_policy("snapkv"), 64, decode_reserve=8), torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            logits = [forward(model, ids, cache, 0)]
+            if static:
+                cache = to_static(cache, 8)
+                assert all(isinstance(layer, StaticLayer) for layer in cache.layers)
+                assert layer_size(cache.layers[0]).logical_bytes == 2 * 64 * 16 * 4 * 2  # kept tokens, not slots
+            for step in range(6):
+                logits.append(forward(model, logits[-1].argmax().view(1, 1), cache, 300 + step))
+        runs.append(torch.stack(logits))
+    torch.testing.assert_close(runs[1], runs[0], rtol=1e-5, atol=1e-5)
+    with compress(model, get_policy("snapkv"), 64), torch.no_grad():  # the benchmark's loop runs on it too
+        cache = DynamicCache(config=model.config)
+        forward(model, ids, cache, 0)
+        assert len(decode_static(model, to_static(cache, 5), 300, 1, 4)) == 4  # 1 warm-up + 4 steps fill it
+        cache = DynamicCache(config=model.config)
+        forward(model, ids, cache, 0)
+        assert len(decode(model, cache, 300, 1, 4)) == 4
+
+
+def test_a_static_layer_refuses_a_prefill():
+    from restkv.static import StaticLayer
+
+    layer = StaticLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), spare=2)
+    with pytest.raises(NotImplementedError, match="a static layer decodes one token a step; got 3"):
+        layer.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))

@@ -125,8 +125,8 @@ def test_decoding_over_a_varlen_cache_equals_the_oracle(
         assert stored.lengths == [n + STEPS for n in lengths]
         heads = model.config.num_attention_heads if policy.gqa == "expand" else model.config.num_key_value_heads
         assert len(lengths) == heads
-        # memory: what the heads keep, plus the reserve (once the reserve is used up, no spare room)
-        spare = max(reserve - STEPS, 0)
+        # memory: what the heads keep, plus the reserve; a full reserve grows by another one
+        spare = reserve - STEPS if reserve >= STEPS else reserve - (STEPS - reserve - 1) % (reserve + 1)
         assert layer_size(stored).allocated_bytes == (sum(lengths) + heads * (STEPS + spare)) * 16 * 4 * 2
         for positions in kept_per_head(record.indices[layer]):
             assert (positions.diff() > 0).all() and torch.equal(

@@ -18,6 +18,7 @@ from eval.latency.modeling import cache_token_bytes
 from eval.latency.plots import plot
 from eval.latency.report import summarize, summarize_scoring, tables
 from eval.latency.settings import Settings, model_config
+from eval.models import check_backend_runs
 
 # The primary config lives here so that ``configs/latency/`` holds presets only.
 ConfigStore.instance().store(
@@ -59,5 +60,11 @@ def run(settings: Settings, command: str = "") -> dict[str, Any]:
 def main(cfg: DictConfig) -> None:
     preset = HydraConfig.get().runtime.choices["latency"]
     settings = Settings.from_config(cfg.latency, preset)
+    check_backend_runs(
+        settings.attn_implementation,
+        settings.resolved_device().type,
+        "latency.attn_implementation",
+        "latency.device=cuda",
+    )
     command = "python -m eval.latency " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     run(settings, command)

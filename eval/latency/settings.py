@@ -14,10 +14,11 @@ from transformers import AutoConfig, PretrainedConfig
 from eval.configs import config_file
 from eval.paths import project_root
 from restkv.devices import DTYPES, pick_device, torch_dtype
-from restkv.integrate import DECODE_KERNELS
+from restkv.integrate import DECODE_KERNELS, SUPPORTED_ATTENTION as ATTN_IMPLEMENTATIONS
 
 CACHES = ("dynamic", "preallocated")
-DECODE_CACHES = (*CACHES, "varlen", "masked")
+DECODE_CACHES = (*CACHES, "varlen", "masked", "static")
+"""``static``: a static-shape cache whose decode step is captured once and replayed as a CUDA graph on GPUs."""
 """Decode cache kinds: the two uniform ones, and the head-wise layouts (`eval.latency.headwise`)."""
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
@@ -86,6 +87,10 @@ class Settings:
             (
                 self.decode_kernel in DECODE_KERNELS,
                 f"decode_kernel={self.decode_kernel!r}: choose one of {', '.join(DECODE_KERNELS)}",
+            ),
+            (
+                self.attn_implementation in ATTN_IMPLEMENTATIONS,
+                f"attn_implementation={self.attn_implementation!r}: choose one of {', '.join(ATTN_IMPLEMENTATIONS)}",
             ),
             (self.bound_bandwidth in BOUND_BANDWIDTHS, f"bound_bandwidth={self.bound_bandwidth!r}: copy or read"),
             (all(c > 0 for c in self.contexts), f"contexts={self.contexts}: lengths must be positive"),

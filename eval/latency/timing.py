@@ -20,8 +20,11 @@ from eval.latency.modeling import cache_bytes, synthetic_cache
 from restkv.devices import model_devices, synchronize
 from restkv.integrate import KVCompressor
 from restkv.policy import Policy
+from restkv.static import to_static
 
 FULL = "full"
+STATIC = "static"
+"""The decode cache kind whose step is captured as a CUDA graph on GPUs (`decode_static`)."""
 
 
 @dataclass
@@ -94,18 +97,63 @@ def decode(model: PreTrainedModel, cache: DynamicCache, position: int, warmup: i
     The token stays on the device; steps are timed in windows of `DECODE_WINDOW` (every device of
     the model synchronised at each window's ends), each step of a window given the window's mean.
     """
-    devices = model_devices(model)
     token = torch.ones((1, 1), dtype=torch.long, device=model.device)
-    for step in range(warmup):
-        token = forward(model, token, cache, position + step).argmax().view(1, 1)
+    step_index = 0
+
+    def step() -> None:
+        nonlocal token, step_index
+        token = forward(model, token, cache, position + step_index).argmax().view(1, 1)
+        step_index += 1
+
+    for _ in range(warmup):
+        step()
+    return _timed_windows(step, model_devices(model), steps)
+
+
+@torch.no_grad()
+def decode_static(model: PreTrainedModel, cache: DynamicCache, position: int, warmup: int, steps: int) -> list[float]:
+    """As `decode`, over a static-shape cache (`restkv.static.to_static`); on CUDA the step is a CUDA graph.
+
+    One step (forward, argmax, next token and position written in place) is recorded after the
+    warm-up steps and replayed: one launch per step instead of one per kernel. On a CPU the same
+    step runs eagerly. The cache needs ``max(warmup, 1) + steps`` free slots.
+    """
+    ids = torch.ones((1, 1), dtype=torch.long, device=model.device)
+    positions = torch.tensor([[position]], dtype=torch.long, device=model.device)
+
+    def step() -> None:
+        out = model(input_ids=ids, cache=cache, position_ids=positions, use_cache=True, logits_to_keep=1)
+        ids.copy_(out.logits[0, -1].argmax().view(1, 1))
+        positions.add_(1)
+
+    run = step
+    if model.device.type == "cuda":
+        side = torch.cuda.Stream(model.device)
+        side.wait_stream(torch.cuda.current_stream(model.device))
+        with torch.cuda.stream(side):  # kernels and their workspaces are set up before capture
+            for _ in range(max(warmup, 1)):
+                step()
+        torch.cuda.current_stream(model.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+        run = graph.replay
+    else:
+        for _ in range(warmup):
+            step()
+    return _timed_windows(run, model_devices(model), steps)
+
+
+def _timed_windows(step: Callable[[], object], devices: tuple[torch.device, ...], steps: int) -> list[float]:
+    """Seconds per step of ``steps`` calls of ``step()``, timed in windows of `DECODE_WINDOW`."""
     times: list[float] = []
     done = 0
     while done < steps:
         window = min(DECODE_WINDOW, steps - done)
         synchronize(*devices)
         start = time.perf_counter()
-        for step in range(window):
-            token = forward(model, token, cache, position + warmup + done + step).argmax().view(1, 1)
+        for _ in range(window):
+            step()
         synchronize(*devices)
         times.extend([(time.perf_counter() - start) / window] * window)
         done += window
@@ -158,23 +206,32 @@ def decode_case(
     ``attention_calls`` the median milliseconds of layer 0's attention alone for one decode query
     (`eval.latency.headwise.attention_ms`), else None. Decoding always runs under a compressor (one
     that evicts nothing for synthetic caches), so ``decode_kernel`` applies to the full and the
-    compressed cache alike, and head-wise layers are read by its attention function.
+    compressed cache alike, and head-wise layers are read by its attention function. ``static``
+    moves the filled cache into static-shape layers and replays a captured step on CUDA
+    (`decode_static`).
     """
     reserve = warmup + steps if kind in ("preallocated", *HEADWISE) else 0
     heads = model.config.num_attention_heads
+    decoder = decode_static if kind == STATIC else decode
 
     def attention(cache: DynamicCache) -> float | None:
         return attention_ms(cache.layers[0], heads, attention_calls) if attention_calls else None
 
     def run(cache: DynamicCache) -> Any:
         if not profiled:
-            return decode(model, cache, context, warmup, steps)
+            return decoder(model, cache, context, warmup, steps)
+        if kind == STATIC:  # the capture is part of the profile; its share is small next to ``steps`` replays
+            return profile_ops(lambda: decode_static(model, cache, context, warmup, steps), steps)
         decode(model, cache, context, warmup, 0)
         return profile_ops(lambda: decode(model, cache, context + warmup, 0, steps), steps)
 
+    def filled(cache: DynamicCache) -> DynamicCache:
+        return to_static(cache, max(warmup, 1) + steps) if kind == STATIC else cache
+
     if fill == "synthetic":
         assert base is not None
-        cache = synthetic_cache(model.config, base, context if budget is None else budget, kind, reserve)
+        tokens = context if budget is None else budget
+        cache = filled(synthetic_cache(model.config, base, tokens, "dynamic" if kind == STATIC else kind, reserve))
         before = cache_bytes(cache)
         with compressor_for(model, FullCache(), None, 0, decode_kernel):
             return run(cache), before, attention(cache)
@@ -182,5 +239,6 @@ def decode_case(
     layout = kind if kind in HEADWISE else "auto"
     with compressor_for(model, policy, budget, reserve, decode_kernel, layout) as compressor:
         _, cache = prefill(model, ids, compressor)
+        cache = filled(cache)
         before = cache_bytes(cache)
         return run(cache), before, attention(cache)

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, in one call, sized for under 8 minutes on one H200; results in results/gpu/:
+#   1. the gpu-marked tests (tests/test_gpu.py: CUDA vs CPU decisions and decoding for sdpa and, when
+#      flash_attn is installed, flash_attention_2, x GQA modes x ReST-KV / PyramidKV / AdaKV; float32 and
+#      bfloat16 on the golden cases; fidelity memory over 40 samples; eval/run.py and the latency
+#      benchmark on CUDA)                                                  -> results/gpu/pytest.xml, pytest.log
+#   2. flash-attn's varlen kernel against the reference varlen path      -> results/gpu/varlen-flash-check.json
+#   3. the efficiency benchmark (scripts/efficiency_gpu.sh) at 32k and 128k tokens, one repeat: prefill
+#      overhead of ReST-KV and SnapKV, decode speedup and step / bandwidth bound (dynamic, preallocated and
+#      static caches; the static one's step replayed as a CUDA graph), peak memory
+#                                                                          -> results/gpu/gpu-check.json (+ plots)
+#   4. an end-to-end run of eval/run.py on a Llama-3.1-8B-shaped model with random bf16 weights: RULER at
+#      8k tokens, 4 samples, full cache / SnapKV / ReST-KV at budget 1024 -> results/gpu/e2e/
+# It prints one table of what passed (also results/gpu/summary.md and summary.json) and exits non-zero if
+# anything failed. Every step runs even when an earlier one fails.
+#
+#   scripts/gpu_check.sh               # on the GPU
+#   scripts/gpu_check.sh --dry-run     # the same steps at toy sizes on a CPU (checks the script; ~2 min)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+dry=0
+[[ "${1:-}" == "--dry-run" ]] && dry=1
+out=results/gpu
+[[ ${dry} == 1 ]] && out="${TMPDIR:-/tmp}/restkv-gpu-check"
+mkdir -p "${out}"
+steps_file="${out}/steps.tsv"
+: > "${steps_file}"
+
+if [[ ${dry} == 0 ]]; then
+    python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
+        || { echo "gpu_check.sh: no CUDA device (scripts/gpu_check.sh --dry-run checks the steps on a CPU)" >&2; exit 1; }
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "${out}/device.txt" || true
+fi
+python - <<'EOF' | tee "${out}/versions.txt"
+import importlib.util, platform, torch, transformers
+print("python", platform.python_version(), "| torch", torch.__version__, "| transformers", transformers.__version__,
+      "| flash_attn", "installed" if importlib.util.find_spec("flash_attn") else "absent",
+      "| cuda", torch.version.cuda)
+EOF
+
+step() {  # step <name> <result file> <command...>: run it, log it, record status and seconds
+    local name="$1" result="$2"; shift 2
+    local start=$SECONDS
+    echo "== ${name}: $*"
+    "$@" > "${out}/${name}.log" 2>&1
+    local status=$?
+    tail -n 25 "${out}/${name}.log"
+    printf '%s\t%s\t%s\t%s\n' "${name}" "${status}" "$((SECONDS - start))" "${result}" >> "${steps_file}"
+}
+
+if [[ ${dry} == 1 ]]; then
+    export RESTKV_GPU_TESTS_DEVICE=cpu
+    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py -k "not flash and (llama or not arch)" \
+        --junitxml="${out}/pytest.xml"
+    step efficiency "${TMPDIR:-/tmp}/restkv-efficiency/gpu-h200-tiny-cpu.json" scripts/efficiency_gpu.sh --device cpu --tiny \
+        "latency.decode_caches=[dynamic,preallocated,static]"
+    shape=micro-llama; shape_config=models/micro-llama/config.json; device=cpu; dtype=float32; lengths="[512]"; budget=64
+else
+    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py --junitxml="${out}/pytest.xml"
+    step varlen-flash "${out}/varlen-flash-check.json" python scripts/check_varlen_flash.py \
+        --out "${out}/varlen-flash-check.json"
+    step efficiency "${out}/gpu-check.json" scripts/efficiency_gpu.sh latency.name=gpu-check latency.out_dir="${out}" \
+        "latency.contexts=[32768,131072]" latency.repeats=1 "latency.decode_caches=[dynamic,preallocated,static]"
+    shape=llama-3.1-8b; shape_config=configs/shapes/llama-3.1-8b.json; device=cuda; dtype=bfloat16; lengths="[8192]"
+    budget=1024
+fi
+
+# A model folder of the shape: its config.json and the micro model's tokenizer (random weights are built on the device).
+model_dir="${TMPDIR:-/tmp}/restkv-${shape}-shape"
+mkdir -p "${model_dir}"
+cp "${shape_config}" "${model_dir}/config.json"
+cp models/micro-llama/tokenizer.json models/micro-llama/tokenizer_config.json "${model_dir}/"
+for policy in full snapkv restkv; do
+    step "e2e-${policy}" "${out}/e2e" python eval/run.py model=tiny-random-llama model.path="${model_dir}" \
+        model.name="${shape}-shape" model.dtype="${dtype}" model.max_context=16384 device="${device}" \
+        bench=ruler "bench.tasks=[niah_single_1,vt]" "bench.lengths=${lengths}" limit=4 \
+        policy="${policy}" budget="${budget}" out_dir="${out}/e2e"
+done
+
+python - "${out}" <<'EOF'
+import json, sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+out = Path(sys.argv[1])
+rows = []
+for line in (out / "steps.tsv").read_text().splitlines():
+    name, status, seconds, result = line.split("\t")
+    detail = ""
+    if name == "gpu-tests" and Path(result).is_file():
+        suite = ET.parse(result).getroot()
+        suite = suite if suite.tag == "testsuite" else suite[0]
+        total, failed = int(suite.get("tests", 0)), int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skipped = int(suite.get("skipped", 0))
+        detail = f"{total - failed - skipped} passed, {failed} failed, {skipped} skipped"
+    elif name.startswith("e2e-"):
+        metrics = sorted(Path(result).rglob(f"{name[4:]}/*/metrics.json"))
+        if metrics:
+            m = json.loads(metrics[-1].read_text())
+            detail = f"score {m.get('average')}, {sum((m.get('samples') or {}).values())} samples"
+    rows.append({"step": name, "passed": status == "0", "seconds": int(seconds), "detail": detail, "result": result})
+(out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
+lines = ["| step | passed | seconds | detail | result |", "| --- | --- | --- | --- | --- |"]
+lines += [f"| {r['step']} | {'yes' if r['passed'] else 'NO'} | {r['seconds']} | {r['detail']} | {r['result']} |" for r in rows]
+(out / "summary.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+sys.exit(0 if all(r["passed"] for r in rows) else 1)
+EOF
