@@ -97,7 +97,8 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
         if isinstance(layout, (MaskedLayer, StaticLayer)):
             if implementation.startswith("flash"):
                 raise NotImplementedError(
-                    f"{type(layout).__name__} needs a per-slot mask, which {implementation} does not take; use sdpa or eager"
+                    f"{type(layout).__name__} needs a per-slot mask, which {implementation} does not take; "
+                    "use sdpa or eager"
                 )
             return _masked_call(original, layout, implementation, module, query, key, value, args, kwargs)
         if args and torch.is_tensor(args[0]) and args[0].dim() == 4:

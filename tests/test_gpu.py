@@ -3,8 +3,8 @@ cases, fidelity memory, and smoke runs of ``eval/run.py`` and the latency benchm
 
 Every test is marked ``gpu`` and skipped without CUDA (tests/conftest.py); ``scripts/gpu_check.sh``
 runs them. ``RESTKV_GPU_TESTS_DEVICE=cpu`` runs their code on a CPU instead (a dry run of the tests
-themselves; the CUDA-only checks skip). Tolerances are those of the dtype: float32 on CUDA and on a CPU differ by summation
-order only, so decisions may swap only tokens tied to rounding at the cut-off.
+themselves; the CUDA-only checks skip). Tolerances are those of the dtype: float32 on CUDA and on a
+CPU differ by summation order only, so decisions may swap only tokens tied to rounding at the cut-off.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from transformers import AutoConfig, PretrainedConfig
 from eval.configs import config_file
 from eval.paths import project_root
 from restkv.devices import DTYPES, pick_device, torch_dtype
-from restkv.integrate import DECODE_KERNELS, SUPPORTED_ATTENTION as ATTN_IMPLEMENTATIONS
+from restkv.integrate import DECODE_KERNELS, SUPPORTED_ATTENTION
 
 CACHES = ("dynamic", "preallocated")
 DECODE_CACHES = (*CACHES, "varlen", "masked", "static")
@@ -89,8 +89,8 @@ class Settings:
                 f"decode_kernel={self.decode_kernel!r}: choose one of {', '.join(DECODE_KERNELS)}",
             ),
             (
-                self.attn_implementation in ATTN_IMPLEMENTATIONS,
-                f"attn_implementation={self.attn_implementation!r}: choose one of {', '.join(ATTN_IMPLEMENTATIONS)}",
+                self.attn_implementation in SUPPORTED_ATTENTION,
+                f"attn_implementation={self.attn_implementation!r}: choose one of {', '.join(SUPPORTED_ATTENTION)}",
             ),
             (self.bound_bandwidth in BOUND_BANDWIDTHS, f"bound_bandwidth={self.bound_bandwidth!r}: copy or read"),
             (all(c > 0 for c in self.contexts), f"contexts={self.contexts}: lengths must be positive"),
