@@ -33,8 +33,7 @@ if TYPE_CHECKING:  # transformers is imported when a model is loaded, not to che
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2")
-"""Attention backends runs may name. ``flash_attention_2`` is the authors' (GPU tests cover it);
-``flash_attention_3`` is refused (`UNTESTED_ATTENTION`) until a test runs it."""
+"""Backends runs may name (flash_attention_2, the authors', is covered by the gpu tests)."""
 UNTESTED_ATTENTION = {"flash_attention_3": "no test runs it on a GPU yet; use flash_attention_2 (the authors') or sdpa"}
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 """``model.device_map`` values that split a model over every visible GPU (Accelerate places the layers)."""

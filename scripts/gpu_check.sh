@@ -55,7 +55,7 @@ if [[ ${dry} == 1 ]]; then
         --junitxml="${out}/pytest.xml"
     step efficiency "${TMPDIR:-/tmp}/restkv-efficiency/gpu-h200-tiny-cpu.json" scripts/efficiency_gpu.sh --device cpu --tiny \
         "latency.decode_caches=[dynamic,preallocated,static]"
-    shape=micro-llama; shape_config=models/micro-llama/config.json; device=cpu; dtype=float32; lengths="[512]"; budget=64
+    shape=micro-llama; shape_config=models/micro-llama/config.json; device=cpu; dtype=float32; lengths="[1024]"; budget=64
 else
     step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py --junitxml="${out}/pytest.xml"
     step varlen-flash "${out}/varlen-flash-check.json" python scripts/check_varlen_flash.py \
@@ -94,6 +94,16 @@ for line in (out / "steps.tsv").read_text().splitlines():
         total, failed = int(suite.get("tests", 0)), int(suite.get("failures", 0)) + int(suite.get("errors", 0))
         skipped = int(suite.get("skipped", 0))
         detail = f"{total - failed - skipped} passed, {failed} failed, {skipped} skipped"
+    elif name == "efficiency" and Path(result).is_file():
+        ratios = json.loads(Path(result).read_text())["ratios"]
+        longest = max(r["context"] for r in ratios["prefill"])
+        prefill = [r for r in ratios["prefill"] if r["context"] == longest and r["policy"] == "restkv"]
+        decode = [r for r in ratios["decode"] if r["context"] == longest and "speedup" in r]
+        parts = [f"{longest} tokens"]
+        parts += [f"ReST-KV prefill {r['prefill_vs_snapkv']}x SnapKV's" for r in prefill if "prefill_vs_snapkv" in r]
+        parts += [f"{r['cache']}: decode {r['speedup']}x faster, step/bound {r['compressed_achieved_over_bound']}"
+                  for r in decode]
+        detail = "; ".join(parts)
     elif name.startswith("e2e-"):
         metrics = sorted(Path(result).rglob(f"{name[4:]}/*/metrics.json"))
         if metrics:
