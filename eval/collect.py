@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.results import METRICS
+from eval.results import METRICS, PREDICTIONS
 
 
 @dataclass
@@ -42,6 +42,24 @@ class RunResult:
             return (0, float(self.budget))
         except ValueError:
             return (1, 0.0)
+
+
+def sample_scores(run: RunResult) -> dict[str, float]:
+    """Each sample's score (0-1) by sample id, from the run's ``predictions.jsonl`` (the last line per id)."""
+    path = run.folder / PREDICTIONS
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: per-sample scores (and their intervals) need it")
+    scores: dict[str, float] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                record = json.loads(line)
+                scores[str(record["id"])] = float(record["score"])
+            except (ValueError, KeyError, TypeError) as error:
+                raise ValueError(
+                    f"{path}:{number}: not a prediction record with an id and a score ({error})"
+                ) from error
+    return scores
 
 
 def load_runs(root: Path) -> list[RunResult]:

@@ -30,8 +30,8 @@ class Answer:
     kept_tokens: float
     """Mean over layers of the prompt tokens kept after eviction."""
     decode_steps: int = 0
-    """Decode forwards run (``decode_seconds`` is their time): the answer's tokens, plus the steps run
-    past an EOS before the host looked (`STOP_CHECK_STEPS`)."""
+    """Decode forwards run (``decode_seconds`` is their time): one per answer token after the first
+    (the prefill gives the first), plus those run past an EOS before the host looked (`STOP_CHECK_STEPS`)."""
 
 
 def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):

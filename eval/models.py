@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm import tqdm
 
 from eval.paths import CHECKOUT, local_path
+from eval.placement import DEVICE_MAPS, check_device_map, dispatched
 from restkv.devices import torch_dtype
 
 if TYPE_CHECKING:  # transformers is imported when a model is loaded, not to check or fingerprint one
@@ -35,8 +36,6 @@ if TYPE_CHECKING:  # transformers is imported when a model is loaded, not to che
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2")
 """Backends runs may name (flash_attention_2, the authors', is covered by the gpu tests)."""
 UNTESTED_ATTENTION = {"flash_attention_3": "no test runs it on a GPU yet; use flash_attention_2 (the authors') or sdpa"}
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-"""``model.device_map`` values that split a model over every visible GPU (Accelerate places the layers)."""
 
 
 @dataclass
@@ -439,20 +438,6 @@ def load_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(resolve(spec.tokenizer or spec.path))
 
 
-def check_device_map(spec: ModelSpec, device: torch.device) -> None:
-    """Refuse, before any work, a ``model.device_map`` that cannot place the model here."""
-    if spec.device_map not in DEVICE_MAPS:
-        return
-    key = f"model.device_map={spec.device_map}"
-    if importlib.util.find_spec("accelerate") is None:
-        raise ValueError(f"{key} needs the 'accelerate' package: pip install -e '.[gpu]' (or accelerate)")
-    if device.type != "cuda":
-        raise ValueError(
-            f"{key} splits the model over GPUs and this run's device is {device.type!r}; "
-            "leave model.device_map=null on a CPU"
-        )
-
-
 def load_model(spec: ModelSpec, device: torch.device) -> PreTrainedModel:
     """The model in eval mode with the configured dtype and attention backend, placed straight on its devices.
 
@@ -462,7 +447,7 @@ def load_model(spec: ModelSpec, device: torch.device) -> PreTrainedModel:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    check_device_map(spec, device)
+    check_device_map(spec.device_map, device)
     source = resolve(spec.path)
     dtype = torch_dtype(spec.dtype, "model.dtype")
     kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": spec.attn_implementation}
@@ -473,20 +458,10 @@ def load_model(spec: ModelSpec, device: torch.device) -> PreTrainedModel:
     config = AutoConfig.from_pretrained(source)
     torch.manual_seed(spec.seed)
     if spec.device_map in DEVICE_MAPS:
-        return _dispatched(AutoModelForCausalLM.from_config(config, **kwargs), spec.device_map).eval()
+        return dispatched(AutoModelForCausalLM.from_config(config, **kwargs), spec.device_map).eval()
     with torch.device(placement):
         model = AutoModelForCausalLM.from_config(config, **kwargs)
     return model.eval()
-
-
-def _dispatched(model: PreTrainedModel, device_map: str) -> PreTrainedModel:
-    """``model`` (built in host memory) spread over the GPUs as Accelerate's ``device_map`` strategy places it."""
-    from accelerate import dispatch_model, infer_auto_device_map
-
-    placement = infer_auto_device_map(
-        model, no_split_module_classes=model._no_split_modules, balanced_low_0=device_map == "balanced_low_0"
-    )
-    return dispatch_model(model, device_map=placement)
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:

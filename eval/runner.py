@@ -15,13 +15,13 @@ from eval.identity import claimed_folder, run_identity
 from eval.models import (
     ModelSpec,
     check_attention_backend,
-    check_device_map,
     check_model,
     eos_token_ids,
     load_model,
     load_tokenizer,
     weights_fingerprint,
 )
+from eval.placement import check_device_map
 from eval.prompting import tokenize
 from eval.results import PredictionLog, RunLock, format_table, run_folder, summarize, write_metrics
 from eval.sample import Sample
@@ -96,7 +96,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     check_model(spec)
     device = pick_device(cfg.device)
     check_attention_backend(spec, device.type)
-    check_device_map(spec, device)
+    check_device_map(spec.device_map, device)
     budget = Budget(cfg.budget)
     policy = instantiate(cfg.policy, _convert_="all")
     check_storage(policy, cfg.get("layout", "auto"), quantization)

@@ -35,7 +35,7 @@ from transformers.utils import ModelOutput
 
 DECODE_RESERVE_CHUNK = 1024
 """The most decoded tokens a layer preallocates at once (and then grows by): 128 MiB at an 8B model's
-128 KiB per token, where a 30,000-token reserve would be 3.75 GiB allocated before the first token."""
+128 KiB per token, where a 30,000-token reserve would be 3.66 GiB allocated before the first token."""
 
 CACHE_KEYWORDS = ("cache", "past_key_values")
 """The cache argument's name in models' and attention modules' ``forward``: the newer name first."""

@@ -47,11 +47,11 @@ def reader_installed(delta: int = 0) -> bool:
     return _READERS["installed"] > 0
 
 
-def _default_guard() -> None:
+def require_reader() -> None:
     """A layer built without its compressor's guard still refuses a model's own attention function."""
     if not reader_installed():
         raise RuntimeError(
-            "this cache holds head-wise compressed layers (varlen or masked), which only restkv's attention "
+            "this cache holds layers (varlen, masked or static-shape) which only restkv's attention "
             "function can read (a model's own would attend to other heads' or to evicted tokens); decode inside a "
             "compress(...) block"
         )
@@ -100,7 +100,7 @@ class VarlenLayer(DynamicLayer):
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
         self.repeat = repeat
-        self._guard = guard or _default_guard
+        self._guard = guard or require_reader
         self.growth = reserve
         self._store(keys, values, list(lengths), [n + reserve for n in lengths])
 
@@ -202,7 +202,7 @@ class MaskedLayer(CompressedLayer):
         guard: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(keys, values, reserve=reserve)
-        self._guard = guard or _default_guard
+        self._guard = guard or require_reader
         self._visible = torch.ones((*visible.shape[:2], self.capacity), dtype=torch.bool, device=visible.device)
         self._visible[..., : visible.shape[-1]] = visible
         _LAYOUT_OF[self.keys] = weakref.ref(self)

@@ -17,7 +17,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from restkv.layouts import register_layout
+from restkv.cache import CompressedLayer
+from restkv.layouts import register_layout, require_reader
 
 
 class StaticLayer(DynamicLayer):
@@ -50,6 +51,7 @@ class StaticLayer(DynamicLayer):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        require_reader()  # a model's own attention would read the free slots unmasked
         if key_states.shape[2] != 1:
             raise NotImplementedError(f"a static layer decodes one token a step; got {key_states.shape[2]}")
         self.keys.index_copy_(2, self.length, key_states)
@@ -75,12 +77,19 @@ class StaticLayer(DynamicLayer):
     def get_max_length(self) -> int:
         return self.capacity
 
+    def sync_host_length(self) -> None:
+        """Set the host's count from the device's (one read): after replays, which the host does not see."""
+        self._host_length = int(self.length)
+
 
 def to_static(cache: DynamicCache, spare: int) -> DynamicCache:
     """``cache`` with each (dense) layer moved into a `StaticLayer` with ``spare`` free slots."""
     for index, layer in enumerate(cache.layers):
-        if type(layer).__name__ in ("VarlenLayer", "MaskedLayer"):
-            raise NotImplementedError(f"layer {index} is a head-wise layout; a static layer holds a dense cache")
+        if type(layer) not in (DynamicLayer, CompressedLayer):
+            raise NotImplementedError(
+                f"layer {index} is a {type(layer).__name__}; a static layer holds a dense cache "
+                "(not a head-wise, quantized or sliding-window one)"
+            )
         if getattr(layer, "repeat", 1) > 1:
             raise NotImplementedError(f"layer {index} repeats key/value heads (gqa=expand); not supported statically")
         cache.layers[index] = StaticLayer(layer.keys, layer.values, spare)

@@ -45,9 +45,9 @@ def gpu_free_bytes(device: torch.device) -> int | None:
     assumed = _ASSUMED_FREE.get()
     if assumed is not None:
         return assumed
-    if device.type == "cuda":
+    if device.type == "cuda":  # what the driver has free, plus what PyTorch's allocator holds unused
         free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     return None
 
 

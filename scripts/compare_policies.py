@@ -14,13 +14,16 @@ agreement and KL tables (policies x budgets) and saves a plot of accuracy agains
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
 from eval.collect import format_grid
+from eval.results import PREDICTIONS, run_folder
 from eval.run import CONFIGS
 from eval.runner import RunSettings, run_benchmark
+from eval.uncertainty import Interval, bootstrap_interval, paired_difference
 
 POLICIES = [
     "full",
@@ -74,7 +77,52 @@ def run(bench: str, policy: str, budget: str, args: argparse.Namespace, extra: t
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
     hashed = [o for o in overrides if o.startswith(("bench.", "bench@", "evaluation.", "protocol=", "quantization"))]
-    return run_benchmark(cfg, RunSettings(bench, args.model, policy, overrides=hashed, out_dir=Path(args.out)))
+    summary = run_benchmark(cfg, RunSettings(bench, args.model, policy, overrides=hashed, out_dir=Path(args.out)))
+    summary["folder"] = run_folder(Path(args.out), bench, args.model, policy, str(budget), hashed)
+    return summary
+
+
+def per_sample(folder: Path) -> dict[str, float]:
+    """Each sample's score by id, from a run folder's predictions."""
+    scores = {}
+    for line in (folder / PREDICTIONS).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            scores[str(record["id"])] = float(record["score"])
+    return scores
+
+
+def interval_grid(rows: list[str], budgets: list[str], cells: dict[tuple[str, str], Interval]) -> str:
+    """Rows x budgets of ``mean [low, high]`` (points), the sample count once per row."""
+    width = max(len("policy"), *(len(r) for r in rows))
+    text = {key: f"{c.mean:5.1f} [{c.low:5.1f}, {c.high:5.1f}]" for key, c in cells.items()}
+    column = max(len(t) for t in text.values()) if text else 8
+    lines = [f"{'policy':<{width}}  " + "  ".join(f"{b:>{column}}" for b in budgets) + "      n"]
+    lines.append("-" * len(lines[0]))
+    for row in rows:
+        counts = {cells[(row, b)].samples for b in budgets if (row, b) in cells}
+        line = "  ".join(f"{text.get((row, b), '-'):>{column}}" for b in budgets)
+        lines.append(f"{row:<{width}}  {line}  {'/'.join(map(str, sorted(counts))):>5}")
+    return "\n".join(lines)
+
+
+def print_intervals(policies: list[str], budgets: list[str], scores: dict[tuple[str, str], dict[str, float]]) -> None:
+    """Accuracy with 95 % bootstrap intervals, and ReST-KV minus each other policy, paired on the same prompts."""
+    cells = {key: bootstrap_interval(list(values.values())) for key, values in scores.items()}
+    print("\naccuracy (%) with 95 % bootstrap intervals over samples")
+    print(interval_grid(policies, budgets, cells))
+    reference = "restkv"
+    if reference not in policies:
+        return
+    others = [p for p in policies if p != reference]
+    paired = {
+        (other, budget): paired_difference(scores[(reference, budget)], scores[(other, budget)])
+        for other in others
+        for budget in budgets
+        if (reference, budget) in scores and (other, budget) in scores
+    }
+    print(f"\n{reference} minus each policy (points), paired bootstrap over the same prompts (95 %)")
+    print(interval_grid(others, budgets, paired))
 
 
 def plot(
@@ -131,13 +179,16 @@ def main() -> None:
     agreement: dict[tuple[str, str], float] = {}
     kl: dict[tuple[str, str], float] = {}
     cache: dict[tuple[str, str], float] = {}
+    scores: dict[tuple[str, str], dict[str, float]] = {}
     for policy in args.policies:
         for budget in args.budgets:
             if policy == "full" and budget != args.budgets[0]:
                 accuracy[(policy, budget)] = accuracy[(policy, args.budgets[0])]
+                scores[(policy, budget)] = scores[(policy, args.budgets[0])]
                 continue
             summary = run(args.bench, policy, budget, args)
             accuracy[(policy, budget)] = summary["average"]
+            scores[(policy, budget)] = per_sample(summary["folder"])
             head_tokens = summary.get("cache", {}).get("head_tokens_mean")
             if head_tokens is not None:
                 cache[(policy, budget)] = head_tokens
@@ -150,6 +201,7 @@ def main() -> None:
     title = f"{args.model}, {args.bench} {lengths} tokens, {len(args.tasks)} tasks x {args.samples}"
     print(f"\naccuracy (%) - {title}")
     print(format_grid(args.policies, args.budgets, accuracy))
+    print_intervals(args.policies, args.budgets, scores)
     if agreement:
         evicting = [p for p in args.policies if p != "full"]
         print(f"\nfidelity: greedy agreement with the full cache (%), first {args.fidelity_tokens} tokens")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
         "--policies",
         "full",
         "streamingllm",
+        "restkv",
         "--budgets",
         "64",
         "128",
@@ -53,6 +55,10 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
         and "KL(full || evicted)" in out
     )
     assert (tmp_path / "compare" / "tiny-random-llama-accuracy.png").exists()
+    intervals = out[out.index("with 95 % bootstrap intervals") : out.index("restkv minus each policy")]
+    assert re.search(r"^streamingllm\s+[\d.]+ \[\s*[\d.]+,\s*[\d.]+\]", intervals, re.M), intervals
+    paired = out[out.index("restkv minus each policy") :].splitlines()
+    assert paired[3].split()[0] == "full" and paired[4].split()[0] == "streamingllm" and "[" in paired[4], paired[:5]
     quantized = out[out.index("with a quantized cache") :]
     assert "16-bit" in quantized and "4-bit" in quantized and "KiB stored" in quantized
     kib = {line.split()[0]: float(line.split()[1]) for line in quantized.splitlines() if line.startswith(("16-", "4-"))}
@@ -60,9 +66,11 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
 
     runs = load_runs(tmp_path)
     accuracy = select(runs, bench=bench)
-    assert {(r.policy, r.budget) for r in accuracy} == {("full", "64"), ("streamingllm", "64"), ("streamingllm", "128")}
+    assert {(r.policy, r.budget) for r in accuracy} == {
+        ("full", "64"), ("streamingllm", "64"), ("streamingllm", "128"), ("restkv", "64"), ("restkv", "128")
+    }  # fmt: skip
     assert all(r.variant for r in accuracy), "bench overrides are hashed into the folder name"
     policies, budgets, grid = pivot(select(runs, bench="fidelity"))
-    assert policies == ["streamingllm"] and budgets == ["64", "128"]
+    assert sorted(policies) == ["restkv", "streamingllm"] and budgets == ["64", "128"]
     table = format_grid(policies, budgets, grid)
     assert table.splitlines()[0].split() == ["policy", "64", "128"]

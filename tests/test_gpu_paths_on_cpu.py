@@ -3,6 +3,8 @@ reserve, fidelity references in bounded host memory, ``model.device_map`` and un
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from transformers import DynamicCache
@@ -18,6 +20,18 @@ from restkv.cache import DECODE_RESERVE_CHUNK, CompressedLayer
 from restkv.registry import get_policy
 
 CPU = torch.device("cpu")
+
+
+@contextlib.contextmanager
+def _reader():
+    """As if a compressor's attention function were installed (it reads static layers)."""
+    from restkv.layouts import reader_installed
+
+    reader_installed(+1)
+    try:
+        yield
+    finally:
+        reader_installed(-1)
 
 
 def reference_answer(model, prompt: PromptTokens, budget: int, max_new_tokens: int, eos: set[int]) -> list[int]:
@@ -128,7 +142,7 @@ def test_device_map_loads_where_asked_and_is_not_identity():
 def test_device_map_auto_needs_gpus():
     spec = ModelSpec(name="t", path="models/tiny-random-llama", random_init=True, device_map="auto")
     with pytest.raises(ValueError, match=r"model.device_map=auto splits the model over GPUs and this run's device"):
-        check_device_map(spec, CPU)
+        check_device_map(spec.device_map, CPU)
 
 
 @pytest.mark.parametrize("value", ["gpu", "cuda:x", ""])
@@ -177,5 +191,44 @@ def test_a_static_layer_refuses_a_prefill():
     from restkv.static import StaticLayer
 
     layer = StaticLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), spare=2)
-    with pytest.raises(NotImplementedError, match="a static layer decodes one token a step; got 3"):
+    with pytest.raises(NotImplementedError, match="a static layer decodes one token a step; got 3"), _reader():
         layer.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+
+
+def test_a_device_map_that_spills_off_the_gpus_is_refused(make_model):
+    from eval.placement import dispatched
+
+    with pytest.raises(ValueError, match=r"model.device_map=auto would put layers on cpu: the GPUs are too small"):
+        dispatched(make_model("llama"), "auto")  # no GPU here: every layer would land on the CPU
+
+
+def test_a_static_layer_is_read_only_by_restkv_attention(make_model):
+    from restkv.static import StaticLayer, to_static
+
+    layer = StaticLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), spare=2)
+    with pytest.raises(RuntimeError, match="only restkv's attention"):
+        layer.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
+    cache = DynamicCache(config=make_model("llama").config)
+    cache.layers[0] = CompressedLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), repeat=2)
+    with pytest.raises(NotImplementedError, match="layer 0 repeats key/value heads"):
+        to_static(cache, 2)
+
+
+def test_static_decoding_leaves_the_host_count_right(make_model):
+    from eval.latency.timing import decode_static, forward
+    from restkv.static import to_static
+
+    model = make_model("llama")
+    with compress(model, get_policy("snapkv"), 64), torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        forward(model, torch.randint(0, 128, (1, 200), generator=torch.Generator().manual_seed(1)), cache, 0)
+        static = to_static(cache, 6)
+        decode_static(model, static, 200, 2, 4)
+    assert all(layer.filled_tokens == 64 + 6 == int(layer.length) for layer in static.layers)
+
+
+def test_latency_refuses_masked_caches_with_flash_attention():
+    from eval.latency.settings import Settings
+
+    with pytest.raises(ValueError, match=r"static need a per-slot mask, which attn_implementation=flash_attention_2"):
+        Settings(name="x", shape="tiny-llama", attn_implementation="flash_attention_2", decode_caches=["static"])

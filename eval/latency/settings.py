@@ -18,8 +18,10 @@ from restkv.integrate import DECODE_KERNELS, SUPPORTED_ATTENTION
 
 CACHES = ("dynamic", "preallocated")
 DECODE_CACHES = (*CACHES, "varlen", "masked", "static")
-"""``static``: a static-shape cache whose decode step is captured once and replayed as a CUDA graph on GPUs."""
-"""Decode cache kinds: the two uniform ones, and the head-wise layouts (`eval.latency.headwise`)."""
+"""Decode cache kinds: the two uniform ones, the head-wise layouts (`eval.latency.headwise`), and a
+static-shape one whose step is captured once and replayed as a CUDA graph on GPUs (`restkv.static`)."""
+MASKED_CACHES = ("masked", "static")
+"""Kinds read with a per-slot mask, which flash-attention does not take."""
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
 MODES = ("model", "scoring")
@@ -91,6 +93,11 @@ class Settings:
             (
                 self.attn_implementation in SUPPORTED_ATTENTION,
                 f"attn_implementation={self.attn_implementation!r}: choose one of {', '.join(SUPPORTED_ATTENTION)}",
+            ),
+            (
+                not (self.attn_implementation.startswith("flash") and set(self.decode_caches) & set(MASKED_CACHES)),
+                f"decode_caches={self.decode_caches}: {', '.join(MASKED_CACHES)} need a per-slot mask, which "
+                f"attn_implementation={self.attn_implementation} does not take; drop them or use sdpa",
             ),
             (self.bound_bandwidth in BOUND_BANDWIDTHS, f"bound_bandwidth={self.bound_bandwidth!r}: copy or read"),
             (all(c > 0 for c in self.contexts), f"contexts={self.contexts}: lengths must be positive"),
