@@ -51,9 +51,9 @@ def require_reader() -> None:
     """A layer built without its compressor's guard still refuses a model's own attention function."""
     if not reader_installed():
         raise RuntimeError(
-            "this cache holds layers (varlen, masked or static-shape) which only restkv's attention "
-            "function can read (a model's own would attend to other heads' or to evicted tokens); decode inside a "
-            "compress(...) block"
+            "this cache holds head-wise compressed layers (varlen, masked) or static-shape ones, which only "
+            "restkv's attention function can read (a model's own would attend to other heads' or to evicted "
+            "tokens); decode inside a compress(...) block"
         )
 
 

@@ -202,6 +202,16 @@ def main() -> None:
     print(f"\naccuracy (%) - {title}")
     print(format_grid(args.policies, args.budgets, accuracy))
     print_intervals(args.policies, args.budgets, scores)
+    print_fidelity_and_cache(args, agreement, kl, cache)
+    figure = Path(args.out) / "compare" / f"{args.model}-accuracy.png"
+    plot(accuracy, args.budgets, args.policies, figure, title)
+    print(f"\nplot: {figure}")
+    if not args.no_quant:
+        quantization_table(args, title)
+
+
+def print_fidelity_and_cache(args: argparse.Namespace, agreement: dict, kl: dict, cache: dict) -> None:
+    """The fidelity tables (agreement, KL) and the cache sizes, where they were measured."""
     if agreement:
         evicting = [p for p in args.policies if p != "full"]
         print(f"\nfidelity: greedy agreement with the full cache (%), first {args.fidelity_tokens} tokens")
@@ -211,11 +221,6 @@ def main() -> None:
     if cache:
         print("\ncache after eviction: tokens kept x key/value heads, summed over layers (mean per prompt)")
         print(format_grid(args.policies, args.budgets, cache, digits=0))
-    figure = Path(args.out) / "compare" / f"{args.model}-accuracy.png"
-    plot(accuracy, args.budgets, args.policies, figure, title)
-    print(f"\nplot: {figure}")
-    if not args.no_quant:
-        quantization_table(args, title)
 
 
 def quantization_table(args: argparse.Namespace, title: str) -> None:
