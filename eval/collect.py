@@ -46,7 +46,12 @@ class RunResult:
 
 def sample_scores(run: RunResult) -> dict[str, float]:
     """Each sample's score (0-1) by sample id, from the run's ``predictions.jsonl`` (the last line per id)."""
-    path = run.folder / PREDICTIONS
+    return folder_scores(run.folder)
+
+
+def folder_scores(folder: Path) -> dict[str, float]:
+    """`sample_scores` of the run folder ``folder``."""
+    path = folder / PREDICTIONS
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: per-sample scores (and their intervals) need it")
     scores: dict[str, float] = {}

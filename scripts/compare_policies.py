@@ -14,13 +14,12 @@ agreement and KL tables (policies x budgets) and saves a plot of accuracy agains
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from eval.collect import format_grid
-from eval.results import PREDICTIONS, run_folder
+from eval.collect import folder_scores, format_grid
+from eval.results import run_folder
 from eval.run import CONFIGS
 from eval.runner import RunSettings, run_benchmark
 from eval.uncertainty import Interval, bootstrap_interval, paired_difference
@@ -80,16 +79,6 @@ def run(bench: str, policy: str, budget: str, args: argparse.Namespace, extra: t
     summary = run_benchmark(cfg, RunSettings(bench, args.model, policy, overrides=hashed, out_dir=Path(args.out)))
     summary["folder"] = run_folder(Path(args.out), bench, args.model, policy, str(budget), hashed)
     return summary
-
-
-def per_sample(folder: Path) -> dict[str, float]:
-    """Each sample's score by id, from a run folder's predictions."""
-    scores = {}
-    for line in (folder / PREDICTIONS).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            scores[str(record["id"])] = float(record["score"])
-    return scores
 
 
 def interval_grid(rows: list[str], budgets: list[str], cells: dict[tuple[str, str], Interval]) -> str:
@@ -188,7 +177,7 @@ def main() -> None:
                 continue
             summary = run(args.bench, policy, budget, args)
             accuracy[(policy, budget)] = summary["average"]
-            scores[(policy, budget)] = per_sample(summary["folder"])
+            scores[(policy, budget)] = folder_scores(summary["folder"])
             head_tokens = summary.get("cache", {}).get("head_tokens_mean")
             if head_tokens is not None:
                 cache[(policy, budget)] = head_tokens

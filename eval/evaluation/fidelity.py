@@ -48,8 +48,9 @@ def _remember(cached: OrderedDict[tuple, Reference], key: tuple, reference: Refe
     size = reference[0].nbytes
     if size > limit:
         return
-    while cached and sum(entry[0].nbytes for entry in cached.values()) + size > limit:
-        cached.popitem(last=False)
+    held = sum(entry[0].nbytes for entry in cached.values())
+    while cached and held + size > limit:
+        held -= cached.popitem(last=False)[1][0].nbytes
     cached[key] = reference
 
 
