@@ -68,16 +68,26 @@ def folder_scores(folder: Path) -> dict[str, float]:
 
 
 def load_runs(root: Path) -> list[RunResult]:
-    """Every run under ``root`` (layout ``bench/model/policy.../budget<B>[-hash]/metrics.json``)."""
+    """Every run under ``root``, at any depth (layout ``.../bench/model/policy.../budget<B>[-hash]/metrics.json``).
+
+    Bench, model and policy come from ``metrics.json`` where it records them (so an ``out_dir`` nested
+    in another results root reads right), else from the folder names.
+    """
     runs = []
     for path in sorted(Path(root).rglob(METRICS)):
         folder = path.parent
         parts = folder.relative_to(root).parts
-        if len(parts) < 4 or not parts[-1].startswith("budget"):
+        if not parts[-1].startswith("budget") or ".sweeps" in parts:
+            continue
+        metrics = json.loads(path.read_text())
+        named = all(metrics.get(key) for key in ("bench", "model", "policy"))
+        if not named and len(parts) < 4:
             continue
         budget, _, variant = parts[-1].removeprefix("budget").partition("-")
-        metrics = json.loads(path.read_text())
-        runs.append(RunResult(parts[0], parts[1], "/".join(parts[2:-1]), budget, variant, metrics, folder))
+        bench = str(metrics["bench"] if named else parts[0])
+        model = str(metrics["model"] if named else parts[1])
+        policy = str(metrics["policy"] if named else "/".join(parts[2:-1]))
+        runs.append(RunResult(bench, model, policy, budget, variant, metrics, folder))
     return runs
 
 

@@ -154,3 +154,29 @@ def test_fidelity_can_take_the_micro_suite_as_its_source() -> None:
     assert isinstance(bench.source, micro.MicroBenchmark) and bench.source.tasks == ["micro_vt"]
     assert bench.source.lengths == [1024] and bench.source.seed == 1  # fidelity's own source settings
     assert instantiate(default.bench).source.name == "ruler"
+
+
+def test_the_micro_needle_grid_places_its_needle_at_each_depth(tokenizer) -> None:
+    from eval.benchmarks.micro_niah import MicroNiahBenchmark
+
+    bench = MicroNiahBenchmark(lengths=[512, 1024], depths=[0, 50, 100], samples=2)
+    samples = bench.load_samples(tokenizer)
+    assert len(samples) == 2 * 3 * 2 and len({s.id for s in samples}) == len(samples)
+    for sample in samples:
+        assert sample.task == "micro_single_2" and count(tokenizer, prompt(sample)) <= sample.meta["context_length"]
+        needle = f"{sample.meta['keys'][0]} {sample.references[0]}."
+        at = sample.context.index(needle) / len(sample.context)
+        assert abs(at - sample.meta["depth_percent"] / 100) < 0.1, (sample.id, at)
+    again = MicroNiahBenchmark(lengths=[512, 1024], depths=[0, 50, 100], samples=2).load_samples(tokenizer)
+    assert [s.context for s in again] == [s.context for s in samples]
+
+
+def test_the_micro_needle_grid_names_bad_settings(tokenizer) -> None:
+    from eval.benchmarks.micro_niah import MicroNiahBenchmark
+
+    with pytest.raises(ValueError, match=r"bench.depths has 150"):
+        MicroNiahBenchmark(depths=[0, 150])
+    with pytest.raises(ValueError, match="one-needle essay task"):
+        micro.sample("micro_multikey_1", tokenizer, 512, 0, depth=50.0)
+    with pytest.raises(ValueError, match="one-needle essay task"):
+        micro.sample("passkey", tokenizer, 512, 0, depth=50.0)

@@ -217,9 +217,16 @@ def _passkey_builder(seed: str) -> Callable[[int], ruler.Draft]:
     return build
 
 
-def _builder(task: str, seed: str, essay: ruler.Essay | None) -> Callable[[int], ruler.Draft]:
-    """``build(n)``: the prompt with ``n`` haystack units (words or lines), placed as RULER places needles."""
+def _builder(
+    task: str, seed: str, essay: ruler.Essay | None, depth: float | None = None
+) -> Callable[[int], ruler.Draft]:
+    """``build(n)``: the prompt with ``n`` haystack units (words or lines), placed as RULER places needles.
+
+    ``depth`` (percent) puts a single-needle essay task's needle at that depth instead of a drawn one.
+    """
     cfg = _config(task)
+    if depth is not None and (cfg.haystack != "essay" or cfg.kind != "single" or cfg.keys != 1):
+        raise ValueError(f"a fixed needle depth needs a one-needle essay task (micro_single_2), not {task!r}")
 
     def build(n: int) -> ruler.Draft:
         rng = random.Random(seed)
@@ -228,7 +235,8 @@ def _builder(task: str, seed: str, essay: ruler.Essay | None) -> Callable[[int],
         rng.shuffle(needles)
         if cfg.haystack == "essay":
             assert essay is not None
-            context, depths = ruler.essay_with_needles(essay, n, needles, rng)
+            fixed = None if depth is None else [float(depth)]
+            context, depths = ruler.essay_with_needles(essay, n, needles, rng, depths=fixed)
         else:
             if cfg.haystack == "needle":
                 taken = set(plan.keys)
@@ -260,23 +268,27 @@ def sample(
     seed: int,
     index: int = 0,
     essay: ruler.Essay | None = None,
+    depth: float | None = None,
 ) -> Sample:
     """Prompt ``index`` of ``task`` from ``seed``: the longest that leaves the answer room in ``context_length``.
 
     ``essay`` (a ``ruler.Essay``) is the essay haystack (default: the bundled evaluation novel);
-    training passes windows of its own novel.
+    training passes windows of its own novel. ``depth`` (percent) fixes ``micro_single_2``'s needle
+    depth (the micro needle grid); its samples get their own ids.
     """
     cfg = _config(task)
     budget = context_length - cfg.max_new_tokens
     if budget <= 0:
         raise ValueError(f"context_length {context_length} leaves no room for {task}'s prompt")
     if task == "passkey":
+        if depth is not None:
+            raise ValueError("a fixed needle depth needs a one-needle essay task (micro_single_2), not 'passkey'")
         build, n_min = _passkey_builder(f"passkey/{seed}/{index}"), 0
     else:
         if cfg.haystack == "essay" and essay is None:
             essay = ruler.parse_essay(load_haystack(None))
         sample_seed = f"micro/{task}/{seed}/{index}"
-        build = _builder(task, sample_seed, essay)
+        build = _builder(task, sample_seed, essay, depth)
         n_min = 0 if cfg.haystack == "essay" else len(_plan(task, random.Random(sample_seed)).needles)
     try:
         fit = ruler.fit_prompt(build, ruler.TokenCounter(tokenizer), budget, n_min, 4 * budget + 16)
@@ -294,6 +306,9 @@ def sample(
         "index": index,
     }
     sample_id = f"micro/{task}/{context_length}/{seed}/{index}"
+    if depth is not None:
+        meta["depth_percent"] = float(depth)
+        sample_id = f"micro/{task}/{context_length}/depth{float(depth):g}/{seed}/{index}"
     return fit.sample(sample_id, task, cfg.max_new_tokens, METRIC, meta, chat_template=False)
 
 

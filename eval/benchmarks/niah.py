@@ -31,6 +31,7 @@ builds for the Llama-3 and Mistral models it evaluates ("This is a very long sto
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -276,7 +277,9 @@ def heatmap(results: list[dict[str, Any]], path: Path, title: str = "Needle in a
     ax.tick_params(which="minor", length=0)
     ax.set_xlabel("Context length (tokens)")
     ax.set_ylabel("Depth percent")
-    ax.set_title(f"{title} — average score {average:.2f}")
+    # wrapped to the figure's width: a long run name once ran off both sides
+    wrapped = textwrap.fill(f"{title} — average score {average:.2f}", width=int(9 * width))
+    ax.set_title(wrapped, fontsize=10)
     fig.colorbar(image, ax=ax, label="Score")
     fig.tight_layout()
     path = Path(path)

@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from eval.benchmarks.base import Benchmark
 from eval.evaluation.base import Session
 from eval.generation import answer
 from eval.prompting import PromptTokens
 from eval.sample import Sample
+from restkv.devices import model_devices
 
 
 @dataclass
@@ -17,10 +20,14 @@ class Generate:
     """Greedy decoding under the compressor (up to the sample's ``max_new_tokens``), scored by the benchmark."""
 
     def evaluate(self, benchmark: Benchmark, session: Session, sample: Sample, prompt: PromptTokens) -> dict[str, Any]:
+        gpus = [d for d in model_devices(session.model) if d.type == "cuda"]
+        for gpu in gpus:
+            torch.cuda.reset_peak_memory_stats(gpu)
         reply = answer(
             session.model, prompt, session.compressor, session.protocol, sample.max_new_tokens, session.eos_ids
         )
         prediction = session.tokenizer.decode(reply.tokens, skip_special_tokens=True)
+        measured = {"peak_memory_bytes": sum(torch.cuda.max_memory_allocated(g) for g in gpus)} if gpus else {}
         return {
             "prediction": prediction,
             "score": float(benchmark.score(sample, prediction)),
@@ -29,6 +36,7 @@ class Generate:
             "decode_seconds": round(reply.decode_seconds, 4),
             "new_tokens": len(reply.tokens),
             "decode_steps": reply.decode_steps,
+            **measured,  # CUDA only: the sample's peak allocated memory (weights included), over the model's GPUs
         }
 
     def report(self, records: list[dict[str, Any]]) -> dict[str, Any]:

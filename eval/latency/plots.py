@@ -72,6 +72,7 @@ def _figure(panels: list[str], draw: Callable[[Any, str], None], title: str, pat
     fig.suptitle(title, fontsize=9 if len(title) < 100 else 7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    fig.savefig(path.with_suffix(".pdf"))  # the PDF next to it, for papers
     plt.close(fig)
     return path
 

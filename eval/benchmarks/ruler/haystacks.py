@@ -123,16 +123,26 @@ def _punkt_ends(words: tuple[str, ...]) -> tuple[int, ...]:
 
 
 def essay_with_needles(
-    essay: Essay, n: int, needles: list[str], rng: random.Random, official: bool = False
+    essay: Essay,
+    n: int,
+    needles: list[str],
+    rng: random.Random,
+    official: bool = False,
+    depths: list[float] | None = None,
 ) -> tuple[str, list[float]]:
     """The first ``n`` essay words with ``needles`` at sentence starts of random depths (RULER's placement).
+
+    ``depths`` (percent, one per needle) fixes the depths instead of drawing them, for depth grids
+    (the micro needle grid); ``rng`` is then not used.
 
     ``official``: join the pieces exactly as the official generator does, empty pieces included (a
     needle at depth 0 follows a space; two needles at one sentence are two spaces apart), and round
     ``int(sentences * (depth / 100))`` as it does. The default skips empty pieces (what the micro suite
     and the training use).
     """
-    chosen = sorted(rng.sample(DEPTHS, len(needles)))
+    if depths is not None and len(depths) != len(needles):
+        raise ValueError(f"depths={depths} must give one depth per needle ({len(needles)} needles)")
+    chosen = sorted(depths) if depths is not None else sorted(rng.sample(DEPTHS, len(needles)))
     words, starts = essay_words_and_starts(essay, n)
     if official:
         sentence_index = [int(len(starts) * (d / 100)) for d in chosen]
