@@ -31,7 +31,9 @@ from eval.run import CONFIGS
 from eval.runner import RunSettings, plan_run
 from restkv import ReSTKV
 
-PRESETS = sorted(p.stem for p in (Path(CONFIGS) / "experiment").glob("*.yaml"))
+MICRO_PAPER = "paper_micro"
+"""Not the authors' protocol: the micro model's stand-in for every artifact (tested at the end of this file)."""
+PRESETS = sorted(p.stem for p in (Path(CONFIGS) / "experiment").glob("*.yaml") if p.stem != MICRO_PAPER)
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # --------------------------------------------------------------------------------------------------
@@ -447,3 +449,31 @@ def test_a_run_asking_for_flash_attention_here_stops_before_any_work(tmp_path: P
     with pytest.raises(ValueError, match=r"model\.attn_implementation=sdpa"):
         plan_run(cfg, RunSettings(bench="niah", model="tiny-random-llama", policy="restkv", out_dir=out))
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# The micro paper (experiment=paper_micro and its parts): one run folder per cell, shared where parts meet
+# --------------------------------------------------------------------------------------------------
+
+MICRO_PARTS = {
+    MICRO_PAPER: 24,
+    "paper_micro/ablation": 8,
+    "paper_micro/alpha": 3,
+    "paper_micro/scale": 3,
+    "paper_micro/niah": 10,
+    "paper_micro/quant": 6,
+}
+
+
+@pytest.mark.parametrize(("part", "cells"), MICRO_PARTS.items())
+def test_the_micro_paper_parts_sweep_the_micro_model(part: str, cells: int) -> None:
+    jobs = compose_jobs(part)
+    assert len(jobs) == cells
+    for overrides, cfg in jobs:
+        assert cfg.model.name == "micro-llama", overrides
+        if part != "paper_micro/niah":  # one bench setting everywhere: ReST-KV @ 128 is one run for every part
+            assert (list(cfg.bench.lengths), cfg.bench.samples, cfg.bench.seed) == ([1024, 2048], 5, 11)
+        else:
+            assert cfg.bench._target_.endswith("MicroNiahBenchmark")
+    knob_overrides = [o for overrides, _ in jobs for o in overrides if o.split("=")[0] not in ("policy", "budget")]
+    assert all(o.startswith(("policy.", "quantization=")) for o in knob_overrides), knob_overrides
