@@ -196,6 +196,18 @@ def test_make_figures_all_draws_every_artifact_and_lists_missing_runs(runs: Path
     assert pd.read_csv(out / "runs.csv").shape[0] > 16
     assert "python eval/run.py experiment=longbench_llama3" in printed  # the paper's own runs are missing here
     assert "niah_micro/micro-llama" not in printed.split("missing runs")[1]
+    # one per-task and one by-length table per (bench, model), the knob and quantized runs as labelled rows
+    tables = sorted(p.name for p in out.glob("tasks-*.md"))
+    assert tables == ["tasks-micro-micro-llama.md", "tasks-niah_micro-micro-llama.md"]
+    lines = (out / "lengths-micro-micro-llama.md").read_text().splitlines()
+    rows = [line.split(" | ")[0].lstrip("| ") for line in lines]
+    rows = [row for row in rows if "@" in row or row == "full"]
+    assert rows[0] == "full" and rows.count("full") == 1  # the full cache once, first, whatever budgets it ran at
+    restkv = [row for row in rows if row.startswith("restkv")]
+    assert restkv == [
+        "restkv @ 64", "restkv @ 128", "restkv (hqq-4bit) @ 128", "restkv (alpha=0.1) @ 128", "restkv (alpha=0.6) @ 128"
+    ]  # fmt: skip
+    assert (out / "lengths-micro-micro-llama-curves-budget64.png").exists()
     paired = (out / "paired-micro-micro-llama.md").read_text()
     assert "n=24" in paired and "| policy | 64 | 128 |" in paired and "snapkv" in paired and "[" in paired
 

@@ -1,12 +1,14 @@
 """The paper's accuracy artifacts, each drawn from the tidy run table (:mod:`eval.report.table`).
 
 Every function takes the :class:`Report` and returns the files it wrote (none when no runs fit).
-Runs are grouped by (bench, model, variant): the variant is the hash of a run's other overrides, so
-runs with different settings are never drawn as one curve.
+Curves and heatmaps are drawn per (bench, model, variant), the variant being the hash of a run's other
+overrides, so runs with different settings are never one curve; tables hold every run of a (bench,
+model), a row's label naming its knobs and quantization, and its variant where labels would collide.
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +64,43 @@ def _label(row: pd.Series) -> str:
     return row["policy"] + (f" ({', '.join(extra)})" if extra else "")
 
 
+def _knob_order(knobs: str) -> tuple[str, float, str]:
+    """Sort key for a knobs string: by the first knob's name, then its value as a number when it is one."""
+    name, _, value = knobs.split(",", 1)[0].partition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    return name, number, knobs
+
+
+def _ordered(group: pd.DataFrame) -> pd.DataFrame:
+    """Table rows in reading order: the full cache first, then by policy, budget, knobs (numerically),
+    full precision before quantized."""
+    keys = group.assign(
+        not_full=group.policy != "full",
+        budget_value=pd.to_numeric(group.budget, errors="coerce"),
+        knob_order=group.knobs.map(_knob_order),
+        quantized=group.quantization != "none",
+    )
+    columns = ["not_full", "policy", "budget_value", "knob_order", "quantized", "quantization"]
+    return group.loc[keys.sort_values(columns, kind="stable").index]
+
+
+def _row_labels(group: pd.DataFrame) -> list[str]:
+    """``policy (knobs, quantization) @ budget`` per row (the full cache: no budget, one row however many
+    budgets it ran at); the variant hash is added only where two runs' labels would otherwise be the same
+    (they differ in a setting that is not a policy knob)."""
+    base = [_label(r) if r["policy"] == "full" else f"{_label(r)} @ {r['budget']}" for _, r in group.iterrows()]
+    variants: dict[str, set[str]] = {}
+    for label, variant in zip(base, group.variant, strict=True):
+        variants.setdefault(label, set()).add(variant)
+    return [
+        f"{label} [{variant or 'default'}]" if len(variants[label]) > 1 else label
+        for label, variant in zip(base, group.variant, strict=True)
+    ]
+
+
 def _grid(group: pd.DataFrame, index: str, columns: str) -> pd.DataFrame:
     """``text`` cells pivoted to ``index`` x ``columns``, rows and columns in the order first met."""
     grid = group.pivot_table(index=index, columns=columns, values="text", aggfunc="first")
@@ -78,7 +117,9 @@ def budgets(report: Report) -> list[Path]:
     plt = pyplot()
     for (bench, model, variant), group in rows.groupby(["bench", "model", "variant"]):
         group = group[(group.knobs == "") & (group.quantization == "none")]
-        if not (group[group.policy != "full"].groupby("policy").budget_value.nunique() >= 2).any():
+        spread = group.groupby("policy").budget_value.transform("nunique")
+        group = group[(group.policy == "full") | (spread >= 2)]  # a single-budget run is no curve
+        if not (group.policy != "full").any():
             continue
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         reported = paper.LONGBENCH_AVERAGES.get(model) if bench == "longbench" else None
@@ -110,14 +151,14 @@ def tasks(report: Report) -> list[Path]:
     """Per-task table (policy @ budget x task, with intervals), the paper's LongBench / InfiniteBench layout."""
     written: list[Path] = []
     rows = report.table[report.table.length == ALL]
-    for (bench, model, variant), group in rows.groupby(["bench", "model", "variant"]):
-        group = group.assign(row=[f"{_label(r)} @ {r['budget']}" for _, r in group.iterrows()])
-        group = group.assign(text=[interval_text(r) for _, r in group.iterrows()])
+    for (bench, model), group in rows.groupby(["bench", "model"]):
+        group = _ordered(group)
+        group = group.assign(row=_row_labels(group), text=[interval_text(r) for _, r in group.iterrows()])
         order = [t for t in dict.fromkeys(group.task) if t != AVERAGE] + [AVERAGE]
         grid = _grid(group, "row", "task").reindex(columns=order)
         note = paper.NOT_IN_SOURCES if bench in ("longbench", "infinitebench") else ""
-        heading = f"{bench} per task · {model}" + (f" · variant {variant}" if variant else "")
-        written += table_figure(grid.fillna("-"), heading, report.out, _stem("tasks", bench, model, variant), note)
+        heading = f"{bench} per task · {model}"
+        written += table_figure(grid.fillna("-"), heading, report.out, _stem("tasks", bench, model), note)
     return written
 
 
@@ -125,11 +166,12 @@ def lengths(report: Report) -> list[Path]:
     """Average by context length (the RULER table of the authors' README), and as curves."""
     written: list[Path] = []
     rows = report.table[report.table.task == AVERAGE]
-    for (bench, model, variant), group in rows.groupby(["bench", "model", "variant"]):
+    for (bench, model), group in rows.groupby(["bench", "model"]):
         measured = sorted({int(x) for x in group.length if x != ALL and str(x).isdigit()})
         if len(measured) < 2:
             continue
-        group = group.assign(row=[f"{_label(r)} @ {r['budget']}" for _, r in group.iterrows()])
+        group = _ordered(group)
+        group = group.assign(row=_row_labels(group)).drop_duplicates(["row", "length"])
         grid = _grid(group.assign(text=[interval_text(r) for _, r in group.iterrows()]), "row", "length")
         grid = grid.reindex(columns=[*map(str, measured), ALL]).rename(columns={ALL: "Avg."})
         note = ""
@@ -141,20 +183,32 @@ def lengths(report: Report) -> list[Path]:
                     f"{paper.RULER_AVERAGES[policy]:.2f}"
                 ]
             note = f"paper rows: {reported.source}"
-        stem = _stem("lengths", bench, model, variant)
+        stem = _stem("lengths", bench, model)
         written += table_figure(grid.fillna("-"), f"{bench} by context length · {model}", report.out, stem, note)
-        written += _length_curves(group[group.length != ALL], bench, model, report.out, stem + "-curves")
+        written += _length_curves(group[group.length != ALL], bench, model, report.out, stem)
     return written
 
 
 def _length_curves(group: pd.DataFrame, bench: str, model: str, out: Path, stem: str) -> list[Path]:
+    """One figure per budget: the policies at their defaults (the ablation rows have their own table)."""
+    written: list[Path] = []
+    ablated = group.policy.map(_is_ablation_variant)
+    plain = group[(group.knobs == "") & (group.quantization == "none") & ~ablated]
+    full = plain[plain.policy == "full"]
+    for budget, rows in plain[plain.policy != "full"].groupby("budget", sort=False):
+        written += _length_figure(pd.concat([full, rows]), f"{bench} by context length · {model} · budget {budget}",
+                                  out, f"{stem}-curves-budget{budget}")  # fmt: skip
+    return written
+
+
+def _length_figure(group: pd.DataFrame, heading: str, out: Path, stem: str) -> list[Path]:
     fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     for label, points in group.assign(length_value=group.length.astype(int)).groupby("row", sort=False):
         curve(ax, points, "length_value", label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("average over tasks (95% bootstrap band)")
-    title(ax, f"{bench} by context length · {model}")
+    title(ax, heading)
     ax.grid(alpha=0.3)
     legend(ax, 6, ncol=2)
     return save(fig, out, stem)
@@ -195,6 +249,10 @@ def _paired_row(report: Report, reference: pd.Series, other: pd.Series) -> str:
 
 def _is_ablation(policy: str) -> bool:
     return policy in ABLATION_POLICIES or policy.startswith("ablation/")
+
+
+def _is_ablation_variant(policy: str) -> bool:
+    return policy == "random" or policy.startswith("ablation/")
 
 
 def ablation(report: Report) -> list[Path]:
@@ -260,13 +318,15 @@ def sensitivity(report: Report) -> list[Path]:
             label = f"this harness (n={points.samples.max()}, 95% CI)"
             ax.errorbar(points.value, points.score, yerr=spread, marker="^", capsize=3, label=label)
             twin = ax.twinx()
-            twin.plot(reported.x, reported.y[REFERENCE], color="gray", **PAPER_STYLE)
-            twin.set_ylabel(f"paper: {reported.source}", fontsize=6, color="gray")
+            (paper_line,) = twin.plot(reported.x, reported.y[REFERENCE], color="gray", **PAPER_STYLE)
+            twin.set_ylabel("paper's average (right axis)", fontsize=7, color="gray")
             ax.set_xlabel(knob)
             ax.set_ylabel(f"{bench} average")
             title(ax, f"ReST-KV sensitivity to {knob} · {bench} · {model} · budget {budget}")
             ax.grid(alpha=0.3)
-            legend(ax, 7)
+            ax.legend([*ax.get_legend_handles_labels()[0], paper_line],
+                      [label, textwrap.fill(f"paper: {reported.source.removeprefix('paper ')}", 90)], fontsize=6,
+                      loc="upper center", bbox_to_anchor=(0.5, -0.14))  # fmt: skip
             written += save(fig, report.out, _stem("sensitivity", knob, bench, model, f"budget{budget}"))
     return written
 
@@ -286,6 +346,7 @@ def _variants_grid(report: Report, keep: str, heading: str, stem: str) -> list[P
     for (bench, model), group in rows.groupby(["bench", "model"]):
         if keep == "allocation" and (group.allocation == "uniform").all():
             continue
+        group = _ordered(group[(group.knobs == "") & ~group.policy.map(_is_ablation_variant)])
         if keep == "quantization":
             group = group[group.policy.isin(set(group.policy[group.quantization != "none"]))]
             if group.empty:

@@ -36,26 +36,43 @@ def latency_records(root: Path) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
-def _ratios(entries: list[dict[str, Any]], name: str, value: str) -> dict[str, tuple[list[float], list[float]]]:
-    """Per series (``name`` field, full cache left out): context -> value / the full cache's at that context."""
-    full = {e["context"]: e[value] for e in entries if e.get(name) == "full" and e.get(value)}
+def _ratios(
+    entries: list[dict[str, Any]], name: str, value: str, within: str | None = None
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Per series (``name`` field, full cache left out): context -> value / the full cache's at that context.
+
+    With ``within`` (the decode records' ``cache`` kind), each series is divided by the full cache of its
+    own kind and kept apart from the other kinds, so two cache layouts are never drawn as one line.
+    """
+
+    def kind(e: dict[str, Any]) -> str:
+        return str(e.get(within, "")) if within else ""
+
+    full = {(e["context"], kind(e)): e[value] for e in entries if e.get(name) == "full" and e.get(value)}
+    kinds = {kind(e) for e in entries}
     series: dict[str, tuple[list[float], list[float]]] = {}
     for e in sorted(entries, key=lambda e: e["context"]):
-        if e.get(name) in (None, "full") or not e.get(value) or e["context"] not in full:
+        if e.get(name) in (None, "full") or not e.get(value) or (e["context"], kind(e)) not in full:
             continue
-        xs, ys = series.setdefault(str(e[name]), ([], []))
+        label = str(e[name]) + (f" · {kind(e)} cache" if len(kinds) > 1 else "")
+        xs, ys = series.setdefault(label, ([], []))
         xs.append(float(e["context"]))
-        ys.append(e[value] / full[e["context"]])
+        ys.append(e[value] / full[(e["context"], kind(e))])
     return series
 
 
 def _panel(ax: Any, ours: dict[str, tuple[list[float], list[float]]], reported: paper.Reported, what: str) -> None:
     full = reported.y["full"]
-    for policy, (xs, ys) in ours.items():
-        (line,) = ax.plot(xs, ys, marker="o", label=f"{policy} (this run)")
-        if policy in reported.y:
-            ax.plot(reported.x, [v / f for v, f in zip(reported.y[policy], full, strict=True)],
-                    color=line.get_color(), label=f"{policy} (paper)", **PAPER_STYLE)  # fmt: skip
+    colors = {}
+    for series, (xs, ys) in ours.items():
+        (line,) = ax.plot(xs, ys, marker="o", label=f"{series} (this run)")
+        colors[series] = line.get_color()
+    for policy, values in reported.y.items():
+        if policy == "full":
+            continue
+        style = {"color": colors[policy]} if policy in colors else {}
+        ax.plot(reported.x, [v / f for v, f in zip(values, full, strict=True)],
+                label=f"{policy} (paper)", **style, **PAPER_STYLE)  # fmt: skip
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8, label="full cache")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens)")
@@ -74,7 +91,7 @@ def efficiency(report: Any) -> list[Path]:
         stem = path.stem
         report.out.mkdir(parents=True, exist_ok=True)
         written += [f for png in plot(record, report.out / f"latency-{stem}") for f in (png, png.with_suffix(".pdf"))]
-        decode = _ratios(record.get("decode") or [], "label", "ms_per_token_median")
+        decode = _ratios(record.get("decode") or [], "label", "ms_per_token_median", within="cache")
         memory = _ratios(record.get("prefill") or [], "policy", "peak_memory_bytes")
         if not decode and not memory:
             continue
@@ -82,6 +99,6 @@ def efficiency(report: Any) -> list[Path]:
         _panel(axes[0], decode, paper.EFFICIENCY["decode_latency_seconds"], "decoding latency")
         _panel(axes[1], memory, paper.EFFICIENCY["peak_memory_gb"], "peak memory")
         fig.suptitle(f"{stem}: {record['model'].get('shape')} on {record['machine'].get('device')} · "
-                     f"paper: {paper.EFFICIENCY_FIGURE}", fontsize=8)  # fmt: skip
+                     f"dotted: {paper.EFFICIENCY_FIGURE}", fontsize=8)  # fmt: skip
         written += save(fig, report.out, f"efficiency-{stem}-vs-paper")
     return written
