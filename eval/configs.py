@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,12 @@ from restkv.policy import Policy
 from restkv.registry import get_policy, policy_defaults, policy_names, preset_names, resolve_policy
 
 CONFIGS = bundled("configs")
+# configs/hydra/launcher/joblib.yaml has the name of the joblib plugin's own config, so Hydra merges the
+# two (the plugin's typed fields under our n_jobs) and warns that such matching is deprecated, in the
+# launching process and again in every worker (which imports this module with the job, before running it).
+warnings.filterwarnings(
+    "ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema", category=UserWarning
+)
 KNOBS_GROUP = "policy_knobs"
 CONFIG_KEYS = ("_target_", "defaults")
 

@@ -3,9 +3,9 @@
 The identity of a run is its whole resolved config (model, policy, benchmark, evaluation, budget,
 protocol: command line, YAML files, presets and config dirs alike) plus a fingerprint of the
 weights, minus the keys that do not change a prediction (where results go, how many samples to
-run, the device, what to do on a mismatch). It is written to ``identity.json`` when a folder is
-first used; a later run whose identity differs is refused with both identities shown, unless
-``on_change`` says otherwise:
+run, the device, what to do on a mismatch, which tracker a finished run is logged to). It is
+written to ``identity.json`` when a folder is first used; a later run whose identity differs is
+refused with both identities shown, unless ``on_change`` says otherwise:
 
 - ``refuse`` (default): stop, write nothing;
 - ``new_folder``: use the first sibling folder ``<name>~2``, ``<name>~3``, ... that holds this
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 IDENTITY = "identity.json"
-NOT_IDENTITY = ("out_dir", "limit", "device", "allow_skips", "on_change", "hydra")
-"""Top-level config keys that do not change any prediction."""
+NOT_IDENTITY = ("out_dir", "limit", "device", "allow_skips", "on_change", "hydra", "logger")
+"""Top-level config keys that do not change any prediction (``logger``: where finished runs are also logged)."""
 
 
 class IdentityMismatch(RuntimeError):

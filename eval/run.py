@@ -2,10 +2,13 @@
 
     python eval/run.py policy=restkv bench=ruler budget=128
     python eval/run.py -m policy=snapkv,restkv budget=64,128,256      # a sweep
+    python eval/run.py -m hydra/launcher=joblib hydra.launcher.n_jobs=4 policy=snapkv,restkv budget=64,128
 
 Writes ``predictions.jsonl`` (one line per sample, as it finishes), ``metrics.json`` and the
 resolved ``config.yaml`` into the run folder, prints a score table and the folder's path.
-Rerunning the same command resumes: finished samples are skipped.
+Rerunning the same command resumes: finished samples are skipped. Before any work, a tracker
+(``logger=wandb``) is checked and, under the joblib launcher, the worker claims its GPU
+(``eval.gpu_slots``); once the run has finished, the tracker logs it (``eval.tracking``).
 """
 
 from __future__ import annotations
@@ -21,12 +24,22 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from eval import configs
+from eval import configs, gpu_slots, tracking
 from eval.identity import IdentityMismatch
 from eval.results import RunFolderError
 from eval.runner import EmptyRun, RunSettings, SkippedWork, run_benchmark
 
-USER_ERRORS = (ValueError, TypeError, IdentityMismatch, RunFolderError, SkippedWork, EmptyRun)
+USER_ERRORS = (
+    ValueError,
+    TypeError,
+    IdentityMismatch,
+    RunFolderError,
+    SkippedWork,
+    EmptyRun,
+    gpu_slots.GpuSlotError,
+    tracking.TrackingUnavailable,
+    tracking.TrackingFailed,
+)
 """What a bad setting, missing data or a busy or foreign run folder raise: shown as one message, no traceback
 (``HYDRA_FULL_ERROR=1`` shows it)."""
 
@@ -43,7 +56,11 @@ NAMING_KEYS = {
     "experiment",
     "allow_skips",
     "on_change",
+    "logger",
 }
+"""Override keys already in the folder's name, or that change no prediction; ``logger.*`` and ``hydra.*``
+(launchers included) are left out too."""
+NOT_NAMING_PREFIXES = ("hydra.", "logger.")
 
 
 def other_overrides(overrides: list[str]) -> list[str]:
@@ -51,24 +68,30 @@ def other_overrides(overrides: list[str]) -> list[str]:
     kept = []
     for item in overrides:
         key = item.split("=", 1)[0].lstrip("+~")
-        if key not in NAMING_KEYS and not key.startswith("hydra."):
+        if key not in NAMING_KEYS and not key.startswith(NOT_NAMING_PREFIXES):
             kept.append(item)
     return kept
 
 
-@hydra.main(version_base=None, config_path=CONFIGS, config_name="config")
-def main(cfg: DictConfig) -> float:
-    hydra_cfg = HydraConfig.get()
+def run_settings(cfg: DictConfig, hydra_cfg: DictConfig) -> RunSettings:
+    """What names this job's run folder, from its config and its Hydra config (``HydraConfig.get()``)."""
     choices = hydra_cfg.runtime.choices
-    settings = RunSettings(
+    return RunSettings(
         bench=choices["bench"],
         model=choices["model"],
         policy=choices["policy"],
         overrides=other_overrides(list(hydra_cfg.overrides.task)),
         out_dir=Path(cfg.out_dir),
     )
+
+
+@hydra.main(version_base=None, config_path=CONFIGS, config_name="config")
+def main(cfg: DictConfig) -> float:
+    hydra_cfg = HydraConfig.get()
     try:
-        summary = run_benchmark(cfg, settings)
+        tracker = tracking.tracker_for(cfg)  # first: a missing wandb stops the run before any work
+        gpu_slots.claim_for_job(hydra_cfg, str(cfg.device))
+        summary = run_benchmark(cfg, run_settings(cfg, hydra_cfg), on_finished=tracker)
     except (ValueError, TypeError, RuntimeError) as error:
         if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(error, USER_ERRORS):
             raise

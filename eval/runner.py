@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,13 +123,17 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
             f"the data, drop the task from bench.tasks, or pass allow_skips=true to run the other "
             f"{len(samples)} of {available} samples and record the skip in metrics.json"
         )
-    folder = run_folder(
-        settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides
-    )
+    folder = folder_of(settings, budget)
     identity = run_identity(values, weights_fingerprint(spec))
     return Plan(
         spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder, quantization
     )
+
+
+def folder_of(settings: RunSettings, budget: Budget) -> Path:
+    """The folder a run writes to: named by ``out_dir``, bench, model, policy, budget and the other
+    overrides' hash only (never by the launcher, the device or the logger)."""
+    return run_folder(settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides)
 
 
 def quantization_of(node: dict[str, Any]) -> Quantization:
@@ -236,8 +241,13 @@ def added_defaults(policy: str) -> dict[tuple, Any]:
     return defaults
 
 
-def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
-    """Evaluate every sample not yet in the run folder; write metrics; return the summary."""
+def run_benchmark(
+    cfg: DictConfig, settings: RunSettings, on_finished: Callable[[Path, dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Evaluate every sample not yet in the run folder; write metrics; return the summary.
+
+    ``on_finished(folder, summary)`` runs once ``metrics.json`` is written, while the folder is still
+    locked (``eval.tracking``: a tracker copying the finished run)."""
     plan = plan_run(cfg, settings)
     on_change = cfg.get("on_change", "refuse")
     defaults = added_defaults(settings.policy)
@@ -248,6 +258,8 @@ def run_benchmark(cfg: DictConfig, settings: RunSettings) -> dict[str, Any]:
             records = [log.records[s.id] for s in plan.samples if s.id in log.records]
         summary = summary_of(plan, records, folder, cfg, settings)
         write_metrics(folder, summary)
+        if on_finished is not None:
+            on_finished(folder, summary)
     title = f"{settings.bench} | {settings.model} | {settings.policy} | budget {plan.budget}"
     print(format_table(summary, title=title))
     print(f"results: {folder}")
