@@ -133,7 +133,9 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
 def folder_of(settings: RunSettings, budget: Budget) -> Path:
     """The folder a run writes to: named by ``out_dir``, bench, model, policy, budget and the other
     overrides' hash only (never by the launcher, the device or the logger)."""
-    return run_folder(settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides)
+    return run_folder(
+        settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides
+    )
 
 
 def quantization_of(node: dict[str, Any]) -> Quantization:

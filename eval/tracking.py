@@ -195,4 +195,5 @@ class WandbTracker:
                 "command to log them (nothing is recomputed), or pass logger.mode=offline and sync later"
             ) from error
         if settings.mode == "offline":
-            print(f"wandb: logged offline under {where / 'wandb'}; upload with: wandb sync {where / 'wandb'}/offline-run-*")
+            logs = where / "wandb"
+            print(f"wandb: logged offline under {logs}; upload with: wandb sync {logs}/offline-run-*")
