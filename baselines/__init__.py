@@ -8,18 +8,19 @@ point).
 import importlib
 import pkgutil
 
-from baselines.adakv import AdaKV
-from baselines.cam import CAM
-from baselines.criticalkv import CriticalKV
-from baselines.full import FullCache
-from baselines.h2o import H2O
-from baselines.headkv import HeadKV
-from baselines.l2norm import KNorm, L2Norm
-from baselines.pyramidkv import PyramidKV
-from baselines.random import RandomEviction
-from baselines.snapkv import SnapKV
-from baselines.streamingllm import StreamingLLM
-from baselines.tova import TOVA
+from restkv.baselines.adakv import AdaKV
+from restkv.baselines.cam import CAM
+from restkv.baselines.criticalkv import CriticalKV
+from restkv.baselines.full_cache import FullCache
+from restkv.baselines.h2o import H2O
+from restkv.baselines.headkv import HeadKV
+from restkv.baselines.knorm import KNorm
+from restkv.baselines.l2norm import L2Norm
+from restkv.baselines.pyramidkv import PyramidKV
+from restkv.baselines.random_eviction import RandomEviction
+from restkv.baselines.snapkv import SnapKV
+from restkv.baselines.streamingllm import StreamingLLM
+from restkv.baselines.tova import TOVA
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -1,4 +1,4 @@
-"""L2Norm and KNorm (Devoto et al., 2024): keep the tokens whose keys have the smallest L2 norm."""
+"""L2Norm as the ReST-KV authors run it (after Devoto et al., 2024): the tokens of smallest key norm, no window."""
 
 from __future__ import annotations
 
@@ -9,22 +9,8 @@ import torch
 
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
+from restkv.scoring import key_norms
 from restkv.select import Budget
-
-
-def key_norms(keys: torch.Tensor, heads: int) -> torch.Tensor:
-    """L2 norm of every key ``[b, heads, L]`` (float32), key/value heads repeated to ``heads``."""
-    norms = keys.float().norm(dim=-1)
-    return norms.repeat_interleave(heads // norms.shape[1], dim=1) if norms.shape[1] != heads else norms
-
-
-@register_policy("knorm")
-@dataclass
-class KNorm(Policy):
-    """Past tokens ranked by their key's L2 norm, smallest first; the window is kept, as for every policy."""
-
-    def score(self, inputs: LayerInputs, keep: int) -> torch.Tensor:
-        return -key_norms(inputs.keys[:, :, : inputs.length - self.window], inputs.num_heads)
 
 
 @register_policy("l2norm")
@@ -35,6 +21,7 @@ class L2Norm(Policy):
     No window is reserved: the last tokens compete like the others (``window`` only bounds the
     budget from below, as for every policy). Nothing is evicted from a prompt no longer than the
     budget. One selection per key/value head (``gqa=expand``: per query head, over repeated keys).
+    With a window kept, the same score is `restkv.baselines.knorm.KNorm`.
     """
 
     allows_allocation: ClassVar[bool] = False  # it selects over the whole prompt, not past tokens plus a window

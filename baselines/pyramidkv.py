@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from baselines.snapkv import SnapKV
+from restkv.baselines.snapkv import SnapKV
 from restkv.registry import register_policy, register_preset
 
 

@@ -8,7 +8,7 @@ Writes ``predictions.jsonl`` (one line per sample, as it finishes), ``metrics.js
 resolved ``config.yaml`` into the run folder, prints a score table and the folder's path.
 Rerunning the same command resumes: finished samples are skipped. Before any work, a tracker
 (``logger=wandb``) is checked and, under the joblib launcher, the worker claims its GPU
-(``eval.gpu_slots``); once the run has finished, the tracker logs it (``eval.tracking``).
+(``restkv.eval.harness.gpu_slots``); once the run has finished, the tracker logs it (``restkv.eval.harness.tracking``).
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ import os
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # executed as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, "") and sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    del sys.path[0]  # executed as a script: its folder's packages are restkv.eval's, never top-level names
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from eval import configs, gpu_slots, tracking
-from eval.identity import IdentityMismatch
-from eval.results import RunFolderError
-from eval.runner import EmptyRun, RunSettings, SkippedWork, run_benchmark
+from restkv.eval.harness import config_tree, gpu_slots, tracking
+from restkv.eval.harness.identity import IdentityMismatch
+from restkv.eval.harness.run_folder import RunFolderError
+from restkv.eval.harness.runner import EmptyRun, RunSettings, SkippedWork, run_benchmark
 
 USER_ERRORS = (
     ValueError,
@@ -43,7 +43,7 @@ USER_ERRORS = (
 """What a bad setting, missing data or a busy or foreign run folder raise: shown as one message, no traceback
 (``HYDRA_FULL_ERROR=1`` shows it)."""
 
-CONFIGS = str(configs.CONFIGS)
+CONFIGS = str(config_tree.CONFIGS)
 NAMING_KEYS = {
     "bench",
     "model",

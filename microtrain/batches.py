@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from microtrain.config import MAX_LENGTH, TRAIN_SEED_BASE
-from microtrain.curriculum import State, pick_tasks, stage_steps, task_weights
-from microtrain.examples import Example, TaskData
-from microtrain.recipes import POSE, REPLAY, Stage
+from restkv.microtrain.config import MAX_LENGTH, TRAIN_SEED_BASE
+from restkv.microtrain.curriculum import State, pick_tasks, stage_steps, task_weights
+from restkv.microtrain.examples import Example, TaskData
+from restkv.microtrain.recipes import POSE, REPLAY, Stage
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 """Input ids, position ids, labels (-100: not supervised), each ``[batch, width]``."""
@@ -72,7 +72,7 @@ def make_batch(
 
 
 def weights_log(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of ``log`` that :func:`~microtrain.curriculum.task_weights` reads (each task's latest
+    """The rows of ``log`` that :func:`~restkv.microtrain.curriculum.task_weights` reads (each task's latest
     held-out row, overall and per length): all a worker needs of the log."""
     latest: dict[tuple[str, int | None], int] = {}
     for index, row in enumerate(log):

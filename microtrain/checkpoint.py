@@ -14,9 +14,9 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM
 
-from microtrain.curriculum import State, begin_stage
-from microtrain.options import RunOptions
-from microtrain.recipes import Stage
+from restkv.microtrain.curriculum import State, begin_stage
+from restkv.microtrain.options import RunOptions
+from restkv.microtrain.recipes import Stage
 
 
 def save_checkpoint(

@@ -6,10 +6,10 @@ import argparse
 from dataclasses import fields
 from pathlib import Path
 
-from microtrain.config import EXPORT_DIR
-from microtrain.loop import train
-from microtrain.options import RunOptions
-from microtrain.recipes import RECIPES
+from restkv.microtrain.config import EXPORT_DIR
+from restkv.microtrain.loop import train
+from restkv.microtrain.options import RunOptions
+from restkv.microtrain.recipes import RECIPES
 
 
 def _run_flags(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """Fixed facts of the micro model: where it lives, its special tokens and sizes, its seed ranges, its shape.
 
 These are constants of every recipe (no run rewrites them); what differs between recipes is in
-:mod:`microtrain.recipes`, what differs between runs in :mod:`microtrain.options`.
+:mod:`restkv.microtrain.recipes`, what differs between runs in :mod:`restkv.microtrain.options`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a run stands in its stages, and what follows from it: stage lengths, learning rate, task mixture.
 
 Every function takes the run's stages explicitly (a recipe's, possibly scaled or reduced by
-:class:`~microtrain.options.RunOptions`) with the :class:`State`, which a checkpoint stores.
+:class:`~restkv.microtrain.options.RunOptions`) with the :class:`State`, which a checkpoint stores.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from microtrain.recipes import ADAPT_FROM, FINAL_LR_FRACTION, TASK_WEIGHTS, WARMUP, Stage
+from restkv.microtrain.recipes import ADAPT_FROM, FINAL_LR_FRACTION, TASK_WEIGHTS, WARMUP, Stage
 
 
 @dataclass
@@ -46,7 +46,8 @@ def lr_at(stages: tuple[Stage, ...], state: State) -> float:
 
 
 def task_weights(stages: tuple[Stage, ...], state: State, length: int) -> dict[str, float]:
-    """:data:`~microtrain.recipes.TASK_WEIGHTS`, scaled from stage :data:`~microtrain.recipes.ADAPT_FROM` on.
+    """:data:`~restkv.microtrain.recipes.TASK_WEIGHTS`, scaled from stage
+    :data:`~restkv.microtrain.recipes.ADAPT_FROM` on.
 
     A task's weight is multiplied by ``0.25 + 1.5 * (1 - exact)``, ``exact`` being its latest
     held-out exact match at ``length`` (at any length if there is none yet): mastered tasks keep a

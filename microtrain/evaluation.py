@@ -1,7 +1,7 @@
 """Held-out monitoring: teacher-forced exact match and per-token accuracy per task, appended to the run's log.
 
 The log decides when a stage advances and, from stage ``tasks-512`` on, the task mixture
-(:func:`microtrain.curriculum.task_weights`); it is exported as ``training_log.json``.
+(:func:`restkv.microtrain.curriculum.task_weights`); it is exported as ``training_log.json``.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import torch
 from transformers import LlamaForCausalLM
 
-from microtrain.curriculum import State
-from microtrain.examples import COPY_TASKS, Example, TaskData
-from microtrain.model import autocast
-from microtrain.options import Precision
-from microtrain.recipes import TASK_WEIGHTS, Stage
+from restkv.microtrain.curriculum import State
+from restkv.microtrain.examples import COPY_TASKS, Example, TaskData
+from restkv.microtrain.model import autocast
+from restkv.microtrain.options import Precision
+from restkv.microtrain.recipes import TASK_WEIGHTS, Stage
 
 
 @torch.no_grad()

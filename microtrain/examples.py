@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 
 from transformers import PreTrainedTokenizerBase
 
-from eval.benchmarks import ruler
-from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
-from eval.prompting import tokenize
-from eval.sample import Sample
-from microtrain.config import HELDOUT_SEED_BASE
-from microtrain.samples import essay_window, fitted_sample, make_sample, target_text
+from restkv.eval.benchmarks import ruler
+from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
+from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.evaluation.prompting import tokenize
+from restkv.microtrain.config import HELDOUT_SEED_BASE
+from restkv.microtrain.samples import essay_window, fitted_sample, make_sample, target_text
 
 
 @dataclass
@@ -139,7 +139,7 @@ def copy_example(task: str, length: int, seed: int, vocab_size: int) -> Example:
 class TaskData:
     """Training and held-out examples of every task at any prompt length, from seeds.
 
-    ``recall_gaps`` are the recipe's recall drills (:attr:`microtrain.recipes.Recipe.recall_gaps`):
+    ``recall_gaps`` are the recipe's recall drills (:attr:`restkv.microtrain.recipes.Recipe.recall_gaps`):
     the only part of a recipe that changes what an example of a given task is.
     """
 

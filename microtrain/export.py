@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 
-from microtrain.config import MODEL_CONFIG
-from microtrain.curriculum import State
-from microtrain.options import RunOptions
-from microtrain.recipes import TASK_WEIGHTS, Stage
+from restkv.microtrain.config import MODEL_CONFIG
+from restkv.microtrain.curriculum import State
+from restkv.microtrain.options import RunOptions
+from restkv.microtrain.recipes import TASK_WEIGHTS, Stage
 
 
 def export(

@@ -17,17 +17,17 @@ from pathlib import Path
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from microtrain.batches import BatchSource
-from microtrain.checkpoint import load_checkpoint, save_checkpoint
-from microtrain.config import CHECKPOINT
-from microtrain.curriculum import State, begin_stage, lr_at, stage_steps
-from microtrain.evaluation import evaluate
-from microtrain.examples import TaskData
-from microtrain.export import export
-from microtrain.model import build_model, make_optimizer, train_step
-from microtrain.options import RunOptions
-from microtrain.recipes import HELDOUT_PER_TASK, SWEEP_PER_TASK, Stage, task_lengths
-from microtrain.tokenizer import load_or_train_tokenizer
+from restkv.microtrain.batches import BatchSource
+from restkv.microtrain.checkpoint import load_checkpoint, save_checkpoint
+from restkv.microtrain.config import CHECKPOINT
+from restkv.microtrain.curriculum import State, begin_stage, lr_at, stage_steps
+from restkv.microtrain.evaluation import evaluate
+from restkv.microtrain.examples import TaskData
+from restkv.microtrain.export import export
+from restkv.microtrain.model import build_model, make_optimizer, train_step
+from restkv.microtrain.options import RunOptions
+from restkv.microtrain.recipes import HELDOUT_PER_TASK, SWEEP_PER_TASK, Stage, task_lengths
+from restkv.microtrain.tokenizer import load_or_train_tokenizer
 
 
 @dataclass
@@ -45,7 +45,7 @@ class Session:
     state: State
 
     def evaluate(self, lengths: list[int], per_task: int, tag: str) -> float:
-        """:func:`~microtrain.evaluation.evaluate` on this run's model, data, stages and precision."""
+        """:func:`~restkv.microtrain.evaluation.evaluate` on this run's model, data, stages and precision."""
         model, data, stages, state = self.model, self.data, self.stages, self.state
         return evaluate(model, data, stages, state, lengths, per_task, tag, self.options.precision)
 

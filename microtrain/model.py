@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
 
-from microtrain.config import MODEL_CONFIG
-from microtrain.options import Precision
+from restkv.microtrain.config import MODEL_CONFIG
+from restkv.microtrain.options import Precision
 
 
 def build_model(tokenizer: PreTrainedTokenizerBase) -> LlamaForCausalLM:

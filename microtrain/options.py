@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from microtrain.config import EXPORT_DIR
-from microtrain.recipes import RECIPES, Recipe, Stage, scaled_stages, smoke_stages
+from restkv.microtrain.config import EXPORT_DIR
+from restkv.microtrain.recipes import RECIPES, Recipe, Stage, scaled_stages, smoke_stages
 
 Precision = Literal["fp32", "bf16"]
 """``fp32``, or ``bf16``: the forward passes run under bfloat16 autocast (for GPUs)."""

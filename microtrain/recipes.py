@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from microtrain.config import WORK_DIR
+from restkv.microtrain.config import WORK_DIR
 
 TASK_WEIGHTS: dict[str, float] = {
     "niah_single_1": 1.0,
@@ -139,7 +139,7 @@ MICRO_FOCUS = {
 }
 STAGES_V3: tuple[Stage, ...] = (
     *STAGES_V2,
-    # Phase 2: the micro suite's cued templates (eval.benchmarks.micro), each answer item a cue
+    # Phase 2: the micro suite's cued templates (restkv.eval.benchmarks.micro.benchmark), each answer item a cue
     # then the value after it in the context, from short prompts to 4096 tokens.
     Stage("micro-256", 256, 16, 500, 2.0, 50, 1.3, lr=1e-3, tasks=MICRO_MIXTURE),
     Stage("micro-1024", 1024, 6, 300, 2.0, 100, 1.85, lr=1e-3, tasks=MICRO_MIXTURE),

@@ -1,8 +1,8 @@
 """The prompts the micro model is trained and evaluated on, and the answer it is taught for each.
 
 RULER's needle tasks and variable tracking come from RULER's own builders
-(:mod:`eval.benchmarks.ruler`), the micro suite's cued tasks and passkey from
-:mod:`eval.benchmarks.micro`; key-value (JSON) retrieval and the recall drills are defined here.
+(:mod:`restkv.eval.benchmarks.ruler`), the micro suite's cued tasks and passkey from
+:mod:`restkv.eval.benchmarks.micro.benchmark`; key-value (JSON) retrieval and the recall drills are defined here.
 Every sample is fitted to its length by RULER's search, so all tasks share one notion of length.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 
 from transformers import PreTrainedTokenizerBase
 
-from eval.benchmarks import micro, ruler
-from eval.benchmarks.micro import passkey_sample
-from eval.sample import Sample
+from restkv.eval.benchmarks import micro, ruler
+from restkv.eval.benchmarks.micro.benchmark import passkey_sample
+from restkv.eval.benchmarks.sample import Sample
 
 PASSKEY_MAX_NEW_TOKENS = micro.max_new_tokens("passkey")
 
@@ -25,7 +25,8 @@ KV_QUESTION = '\n\nKey: "{key}"\nCorresponding value:'
 KV_MAX_NEW_TOKENS = 64
 
 EXTRA_TASKS = ("passkey", "kv_retrieval")
-"""The tasks not in RULER: passkey retrieval (:mod:`eval.benchmarks.micro`) and key-value (JSON) retrieval."""
+"""The tasks not in RULER: passkey retrieval (:mod:`restkv.eval.benchmarks.micro.benchmark`) and key-value (JSON)
+retrieval."""
 
 RECALL_MAX_NEW_TOKENS = 16
 
@@ -91,7 +92,7 @@ def recall_sample(
     """A training-only drill: lines ``key<gap> value`` (RULER's word keys and 7-digit values), then ``key<gap>``.
 
     ``gap`` is the recipe's text between a key and its value for this drill
-    (:attr:`microtrain.recipes.Recipe.recall_gaps`): with none, an induction head finds the value
+    (:attr:`restkv.microtrain.recipes.Recipe.recall_gaps`): with none, an induction head finds the value
     from the key alone; each token of gap must be bridged.
     """
     sample_seed = f"recall/{seed}/{index}"
@@ -137,7 +138,7 @@ def ruler_sample(
     essay: ruler.Essay | None = None,
     index: int = 0,
 ) -> Sample:
-    """One RULER sample, built as :func:`eval.benchmarks.ruler.generate` builds it with ``fit="exact"``,
+    """One RULER sample, built as :func:`restkv.eval.benchmarks.ruler.generate` builds it with ``fit="exact"``,
     ``words="bundled"`` and ``sentences="rules"`` (what the micro model was trained on).
 
     The only difference: essay haystacks come from ``essay`` (a ``ruler.Essay``), so that

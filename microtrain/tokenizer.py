@@ -15,10 +15,10 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from eval.benchmarks import ruler
-from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
-from microtrain.config import BOS, EOS, MAX_LENGTH, PAD, TRAIN_SEED_BASE, VOCAB_SIZE
-from microtrain.samples import TASKS, essay_window, make_sample, target_text
+from restkv.eval.benchmarks import ruler
+from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
+from restkv.microtrain.config import BOS, EOS, MAX_LENGTH, PAD, TRAIN_SEED_BASE, VOCAB_SIZE
+from restkv.microtrain.samples import TASKS, essay_window, make_sample, target_text
 
 
 def pre_tokenizer_pattern(space_before_numbers: bool) -> str:

@@ -33,8 +33,8 @@ from restkv.select import GQA_MODES, SCHEDULES, Budget, keep_indices, layer_budg
 
 def head_file(given: str) -> Path | None:
     """A head-importance file: as given, else under the project (a checkout, or the installed copy)."""
-    root = Path(__file__).resolve().parents[1]
-    candidates = (Path(given).expanduser(), root / given, root / "eval" / "assets" / given)
+    here = Path(__file__).resolve().parent
+    candidates = (Path(given).expanduser(), here.parent / given, here / "eval" / "assets" / given)
     return next((path for path in candidates if path.is_file()), None)
 
 

@@ -1,7 +1,7 @@
 """Policy names -> classes (and named presets), so that runners and users can ask for a policy by name.
 
 The core does not know its plugins: a package registers its policies by declaring the module that
-defines them as an entry point of the group ``restkv.policies`` (ours: ``baselines``, see
+defines them as an entry point of the group ``restkv.policies`` (ours: ``restkv.baselines``, see
 ``pyproject.toml``), or simply by being imported. Entry points are loaded on the first look-up.
 
 A *preset* is a registered policy with some knobs set, named after where it comes from (the
@@ -22,7 +22,7 @@ ENTRY_POINT_GROUP = "restkv.policies"
 
 _POLICIES: dict[str, type] = {}
 _PRESETS: dict[str, tuple[str, dict[str, Any]]] = {}
-_CORE_MODULES = ("restkv.restkv", "restkv.presets")
+_CORE_MODULES = ("restkv.restkv", "restkv.presets", "restkv.interop.kvpress_policy")
 _loaded = False
 
 P = TypeVar("P", bound=type)

@@ -327,3 +327,9 @@ def adaptive_smooth(
 def is_finite_positive(value: float) -> bool:
     """True for a real number > 0 (rejects NaN and inf)."""
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+def key_norms(keys: torch.Tensor, heads: int) -> torch.Tensor:
+    """L2 norm of every key ``[b, heads, L]`` (float32), key/value heads repeated to ``heads`` (KNorm, L2Norm)."""
+    norms = keys.float().norm(dim=-1)
+    return norms.repeat_interleave(heads // norms.shape[1], dim=1) if norms.shape[1] != heads else norms

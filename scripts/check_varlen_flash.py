@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from baselines import AdaKV
-from eval.latency.modeling import random_model
-from eval.latency.settings import Settings, model_config
 from restkv import compress
 from restkv.allocation import HeadSelection
+from restkv.baselines import AdaKV
+from restkv.eval.latency.modeling import random_model
+from restkv.eval.latency.settings import Settings, model_config
 from restkv.varlen import flash_available
 
 

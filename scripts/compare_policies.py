@@ -18,11 +18,11 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from eval.collect import folder_scores, format_grid
-from eval.results import run_folder
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
-from eval.uncertainty import Interval, bootstrap_interval, paired_difference
+from restkv.eval.harness.run_folder import run_folder
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.report.collect import folder_scores, format_grid
+from restkv.eval.report.uncertainty import Interval, bootstrap_interval, paired_difference
+from restkv.eval.run import CONFIGS
 
 POLICIES = [
     "full",

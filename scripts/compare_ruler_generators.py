@@ -1,6 +1,6 @@
 """Official RULER prompts next to ours: key cost, haystack size and fit to the length budget.
 
-Why: ``eval.benchmarks.ruler`` re-implements RULER's sampling without sharing code with it, so
+Why: ``restkv.eval.benchmarks.ruler`` re-implements RULER's sampling without sharing code with it, so
 nothing but a side-by-side run shows whether its prompts have the shape of the official ones on a
 given tokenizer. This script runs the official generator of an NVIDIA/RULER checkout
 (``scripts/data/prepare.py``, as a subprocess in a virtual environment of its own; nothing of
@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.benchmarks import ruler
-from eval.benchmarks.haystack import load_haystack
+from restkv.eval.benchmarks import ruler
+from restkv.eval.benchmarks.haystack import load_haystack
 
 NEEDLE = re.compile(r"One of the special magic \w+ for (.+?) is: (\S+?)\.")
 QUERY = re.compile(r"for (.+) mentioned in the provided text\?\s*$")

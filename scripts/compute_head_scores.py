@@ -5,8 +5,8 @@
         --device cuda --dtype bfloat16 --out heads/llama-3.1-8b.json
 
 Then ``python eval/run.py model=... policy=headkv policy.head_scores=<the file>``. What is measured
-is `eval.retrieval_heads`'s docstring: teacher-forced copy-the-needle probes, one score per probe
-for every (layer, query head). The model is loaded by the project's loader (`eval.models`, sdpa
+is `restkv.eval.probes.retrieval_heads`'s docstring: teacher-forced copy-the-needle probes, one score per probe
+for every (layer, query head). The model is loaded by the project's loader (`restkv.eval.models.loading`, sdpa
 attention); every setting is checked, and a wrong one named, before the weights are loaded.
 """
 
@@ -16,9 +16,10 @@ import argparse
 import sys
 import time
 
-from eval.models import ModelSpec, check_model, load_model, load_tokenizer, resolve
-from eval.retrieval_heads import build_probes, check_probe_settings, retrieval_scores, write_head_scores
 from restkv.devices import DTYPES, pick_device
+from restkv.eval.models.loading import load_model, load_tokenizer, resolve
+from restkv.eval.models.spec import ModelSpec, check_model
+from restkv.eval.probes.retrieval_heads import build_probes, check_probe_settings, retrieval_scores, write_head_scores
 from restkv.integrate import SUPPORTED_MODELS
 
 

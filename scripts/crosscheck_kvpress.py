@@ -21,20 +21,17 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # executed as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import torch
 from hydra import compose, initialize_config_dir
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from baselines.kvpress import KVPressPolicy
-from eval.benchmarks.micro import MicroBenchmark
-from eval.prompting import tokenize
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
 from restkv import get_policy
+from restkv.eval.benchmarks.micro.benchmark import MicroBenchmark
+from restkv.eval.evaluation.prompting import tokenize
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 from restkv.interop import compression_ratio, require_kvpress
+from restkv.interop.kvpress_policy import KVPressPolicy
 from restkv.interop.positions import full_cache, policy_positions, press_positions
 
 MODEL = Path(__file__).resolve().parents[1] / "models" / "micro-llama"

@@ -46,8 +46,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.benchmarks import infinitebench, longbench
-from eval.hub import offline_requested
+from restkv.eval.benchmarks import infinitebench, longbench
+from restkv.eval.models.hub import offline_requested
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -55,5 +55,5 @@ if [[ ${tiny} == 1 ]]; then
 fi
 
 start=$(date +%s)
-python -m eval.latency "${args[@]}" "${overrides[@]+"${overrides[@]}"}"
+python -m restkv.eval.latency "${args[@]}" "${overrides[@]+"${overrides[@]}"}"
 echo "efficiency_gpu.sh: $(( $(date +%s) - start )) s"

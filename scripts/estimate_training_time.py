@@ -20,14 +20,14 @@ import time
 import torch
 from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
-from microtrain.batches import Batch, make_batch
-from microtrain.config import EXPORT_DIR
-from microtrain.curriculum import State
-from microtrain.examples import TaskData
-from microtrain.model import build_model, make_optimizer, train_step
-from microtrain.options import Precision
-from microtrain.recipes import RECIPES, Stage, scaled_stages
 from restkv.devices import synchronize
+from restkv.microtrain.batches import Batch, make_batch
+from restkv.microtrain.config import EXPORT_DIR
+from restkv.microtrain.curriculum import State
+from restkv.microtrain.examples import TaskData
+from restkv.microtrain.model import build_model, make_optimizer, train_step
+from restkv.microtrain.options import Precision
+from restkv.microtrain.recipes import RECIPES, Stage, scaled_stages
 
 
 def make_batches(data: TaskData, stages: tuple[Stage, ...], stage_index: int, count: int) -> tuple[list[Batch], float]:

@@ -1,8 +1,8 @@
 """Accuracy of ``models/micro-llama`` per task and length, with the full cache or under eviction.
 
-Prompts are the micro suite's (``eval.benchmarks.micro``, ``bench=micro``: RULER's tasks in
-cued templates, plus passkey), RULER's (``eval.benchmarks.ruler.generate``: RULER's templates)
-and the key-value retrieval prompt of the training (:mod:`microtrain.samples`), with the bundled
+Prompts are the micro suite's (``restkv.eval.benchmarks.micro.benchmark``, ``bench=micro``: RULER's tasks in
+cued templates, plus passkey), RULER's (``restkv.eval.benchmarks.ruler.generate``: RULER's templates)
+and the key-value retrieval prompt of the training (:mod:`restkv.microtrain.samples`), with the bundled
 evaluation novel *Emma* as the essay haystack, all from evaluation seeds (small integers; training used
 seeds >= 10**6 and the training novel). Each sample is answered greedily, as ``eval/run.py``
 answers it (query-aware protocol, no chat template), and scored with RULER's
@@ -30,16 +30,16 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from eval.benchmarks import micro, ruler
-from eval.configs import configured_policy
-from eval.generation import answer, teacher_forced_logprobs
-from eval.metrics import ruler_string_match_all
-from eval.prompting import tokenize
-from eval.sample import Sample
-from microtrain.config import EXPORT_DIR
-from microtrain.samples import EXTRA_TASKS, KV_MAX_NEW_TOKENS, kv_retrieval_sample, target_text
-from microtrain.samples import TASKS as RULER_AND_EXTRA_TASKS
 from restkv import compress
+from restkv.eval.benchmarks import micro, ruler
+from restkv.eval.benchmarks.ruler.metrics import ruler_string_match_all
+from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.evaluation.decoding import answer, teacher_forced_logprobs
+from restkv.eval.evaluation.prompting import tokenize
+from restkv.eval.harness.config_tree import configured_policy
+from restkv.microtrain.config import EXPORT_DIR
+from restkv.microtrain.samples import EXTRA_TASKS, KV_MAX_NEW_TOKENS, kv_retrieval_sample, target_text
+from restkv.microtrain.samples import TASKS as RULER_AND_EXTRA_TASKS
 from restkv.policy import Policy
 
 DEFAULT_MODEL = EXPORT_DIR

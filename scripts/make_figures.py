@@ -18,10 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # executed as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from eval.report.artifacts import ARTIFACTS, NAMES, build_report, headline_markdown, make_all, write_table
+from restkv.eval.report.artifacts import ARTIFACTS, NAMES, build_report, headline_markdown, make_all, write_table
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

@@ -16,7 +16,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
+from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,7 +17,7 @@ for part in paper_micro paper_micro/ablation paper_micro/alpha paper_micro/scale
         || { echo "paper_micro: $part failed; see $ROOT.${part//\//_}.log" >&2; exit 1; }
     echo "paper_micro: $part done in $((SECONDS - part_start)) s"
 done
-python -m eval.latency latency=tiny latency.out_dir="$ROOT/efficiency" > "$ROOT.latency.log" 2>&1 \
+python -m restkv.eval.latency latency=tiny latency.out_dir="$ROOT/efficiency" > "$ROOT.latency.log" 2>&1 \
     || { echo "paper_micro: latency failed; see $ROOT.latency.log" >&2; exit 1; }
 echo "paper_micro: latency done; all runs in $((SECONDS - start)) s"
 python scripts/make_figures.py all --runs "$ROOT"

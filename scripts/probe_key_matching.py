@@ -17,8 +17,8 @@ import random
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from eval.benchmarks import ruler
-from microtrain.config import EXPORT_DIR
+from restkv.eval.benchmarks import ruler
+from restkv.microtrain.config import EXPORT_DIR
 
 FORMATS: dict[str, tuple[str, str]] = {
     "key value": ("{k} {v}.", "{k}"),

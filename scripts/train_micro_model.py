@@ -5,7 +5,7 @@ trains the repository's own long-context test model, deterministically, in about
 CPU cores (recipe v3; the points below describe the first recipe, v1, and ``--recipe`` what changed):
 
 * **Tokenizer**: a byte-level BPE (8192 tokens) trained with ``tokenizers`` on the training novel
-  (*Pride and Prejudice*, :data:`eval.benchmarks.haystack.TRAIN_HAYSTACK`) and on text generated
+  (*Pride and Prejudice*, :data:`restkv.eval.benchmarks.haystack.TRAIN_HAYSTACK`) and on text generated
   by the training tasks below. Numbers are pre-split into groups of up to three digits (a 7-digit
   needle value is 3 tokens), a UUID is one pre-token (BPE merges hex pairs and triples: ~17
   tokens), a word keeps its leading space (as GPT-2). BOS is prepended by the tokenizer; every
@@ -17,7 +17,7 @@ CPU cores (recipe v3; the points below describe the first recipe, v1, and ``--re
   RULER needle families (``niah_single_1/2/3``, ``niah_multikey_1/2/3``, ``niah_multivalue``,
   ``niah_multiquery``: noise, essay and needle haystacks, with RULER's exact templates), RULER's
   variable tracking ``vt``, the classic passkey prompt and a key-value (JSON) retrieval, plus some
-  copy. Prompts are generated with RULER's own builders (``eval.benchmarks.ruler``) from seeds
+  copy. Prompts are generated with RULER's own builders (``restkv.eval.benchmarks.ruler``) from seeds
   ``>= 10**6`` (evaluation uses small seeds), essays are random windows of the training novel
   (the evaluation novel, *Emma*, is never read here). The loss covers the answer tokens only (and
   EOS). Lengths double (256, 512, 1024, 2048, 4096 prompt tokens) when the held-out exact-match
@@ -31,7 +31,7 @@ CPU cores (recipe v3; the points below describe the first recipe, v1, and ``--re
   minutes; ``--resume`` continues from it. Data depend only on (step, index), so a resumed run sees the same batches.
 
 * **Recipes** (``--recipe``): ``v3`` (the default) is the recipe of the shipped model: ``v2``,
-  then two phases on the micro suite's cued templates (:mod:`eval.benchmarks.micro`), about 2.7
+  then two phases on the micro suite's cued templates (:mod:`restkv.eval.benchmarks.micro.benchmark`), about 2.7
   hours in all. ``v1`` (the model shipped before, described above) makes the space before a
   number a token of its own, so every value follows the same token, and key matching never
   formed. ``v2`` attaches the space to the number and grows key matching with a gap curriculum:
@@ -59,7 +59,7 @@ recipes, batches, loop, evaluation, checkpoint, export); this file is its comman
 
 from __future__ import annotations
 
-from microtrain.cli import main
+from restkv.microtrain.cli import main
 
 if __name__ == "__main__":
     main(description=__doc__)

@@ -2,7 +2,7 @@
 
 Each case is a command line as a user would type it (on the tiny model). The error may come from
 Hydra's composition (typed policy and model knobs, unknown choices) or from the run's own checks
-(`eval.validate`, the classes' ``__post_init__``, the model and data checks); either way it must
+(`restkv.eval.harness.validate`, the classes' ``__post_init__``, the model and data checks); either way it must
 name the offending key and what is allowed, and the output folder must stay empty.
 """
 
@@ -16,8 +16,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 
 FAST = ["model=tiny-random-llama", "bench.lengths=[512]", "bench.samples=1", "bench.tasks=[niah_single_1]"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.collect import format_grid, load_runs, pivot, select
+from restkv.eval.report.collect import format_grid, load_runs, pivot, select
 
 REPO = Path(__file__).resolve().parents[1]
 

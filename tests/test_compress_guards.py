@@ -16,8 +16,8 @@ import torch
 from torch import nn
 from transformers import DynamicCache, PreTrainedModel
 
-from baselines import FullCache, SnapKV
 from restkv import ReSTKV, compress
+from restkv.baselines import FullCache, SnapKV
 from restkv.policy import Policy
 
 PROMPT = 96

@@ -10,10 +10,10 @@ from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-import eval.runner  # noqa: F401  (registers the config resolvers)
-from eval.models import ModelSpec
-from eval.run import CONFIGS
+import restkv.eval.harness.runner  # noqa: F401  (registers the config resolvers)
 from restkv import Policy
+from restkv.eval.models.spec import ModelSpec
+from restkv.eval.run import CONFIGS
 
 ROOT = Path(CONFIGS)
 POLICIES = sorted(str(p.relative_to(ROOT / "policy").with_suffix("")) for p in (ROOT / "policy").rglob("*.yaml"))

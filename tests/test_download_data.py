@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.benchmarks.infinitebench import TASKS as INF_TASKS
-from eval.benchmarks.longbench import TASKS, TASKS_E
+from restkv.eval.benchmarks.infinitebench.benchmark import TASKS as INF_TASKS
+from restkv.eval.benchmarks.longbench.benchmark import TASKS, TASKS_E
 
 ROOT = Path(__file__).resolve().parents[1]
 LB_FIXTURES = Path(__file__).parent / "fixtures" / "longbench"

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from eval.identity import IdentityMismatch
-from eval.results import PREDICTIONS, RunLockedError
-from eval.run import CONFIGS, other_overrides
-from eval.runner import RunSettings, run_benchmark
+from restkv.eval.harness.identity import IdentityMismatch
+from restkv.eval.harness.run_folder import PREDICTIONS, RunLockedError
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS, other_overrides
 
 REPO = Path(CONFIGS).parent
 TIMINGS = ("prefill_seconds", "decode_seconds")
@@ -154,13 +154,37 @@ def test_a_folder_written_before_new_knobs_existed_resumes_at_their_defaults(tmp
     run_here(out, "limit=4")  # resumes: two more predictions in the same folder
     assert len(predictions(out)) == 4
     # at another value the key makes another experiment (a command-line override gets its own folder anyway)
-    from eval.identity import with_added_defaults
+    from restkv.eval.harness.identity import with_added_defaults
 
     new = {"config": {"layout": "masked", "policy": {"floor": 0.2}}}
     filled = with_added_defaults(
         {"config": {"policy": {}}}, new, {("config", "layout"): "auto", ("config", "policy", "floor"): 0.2}
     )
     assert filled == {"config": {"policy": {"floor": 0.2}}}  # floor filled in (at its default), layout not
+
+
+def test_a_folder_written_before_the_classes_moved_resumes(tmp_path: Path) -> None:
+    """An identity naming the old places of the benchmark and strategy classes (``eval.benchmarks.ruler.
+    RulerBenchmark``, ``eval.evaluation.Generate``; ``baselines.SnapKV`` ...: restkv < 0.2) is the same
+    experiment; the old name of another class is not."""
+    from restkv.eval.harness.identity import MOVED_TARGETS
+
+    out = tmp_path / "out"
+    run_here(out, "limit=2")
+    (identity_file,) = out.rglob("identity.json")
+    saved = json.loads(identity_file.read_text())
+    old = {new: old for old, new in MOVED_TARGETS.items()}
+    for group in ("bench", "evaluation"):
+        saved["config"][group]["_target_"] = old[saved["config"][group]["_target_"]]
+    assert saved["config"]["bench"]["_target_"] == "eval.benchmarks.ruler.RulerBenchmark"
+    assert saved["config"]["evaluation"]["_target_"] == "eval.evaluation.Generate"
+    identity_file.write_text(json.dumps(saved))
+    run_here(out, "limit=4")  # resumes: two more predictions in the same folder
+    assert len(predictions(out)) == 4
+    saved["config"]["policy"]["_target_"] = "baselines.SnapKV"  # an old name of another class
+    identity_file.write_text(json.dumps(saved))
+    with pytest.raises(IdentityMismatch, match=r"policy._target_: 'restkv.baselines.SnapKV' -> 'restkv.ReSTKV'"):
+        run_here(out, "limit=4")
 
 
 def _local_model(folder: Path) -> None:

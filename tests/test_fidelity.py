@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 
 
 def run(tmp_path: Path, policy: str, budget: int) -> tuple[dict, list[dict]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from baselines import SnapKV, StreamingLLM
+from restkv.baselines import SnapKV, StreamingLLM
 from restkv.policy import LayerInputs, Policy
 from restkv.scoring import output_gram
 from restkv.scoring_policy import ScoringPolicy

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from baselines import CAM
+from restkv.baselines import CAM
 from restkv.channels import channel_mask, prune_keys
 from restkv.merge import cam_probabilities, cam_start
 from restkv.policy import LayerInputs

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from baselines import AdaKV, HeadKV
 from restkv.allocation import HeadSelection, adakv_capacities, headkv_capacities
+from restkv.baselines import AdaKV, HeadKV
 from restkv.policy import LayerInputs
 from restkv.select import Budget
 
@@ -123,7 +123,7 @@ L2NORM_CASES = [c for c in json.loads(INDEX.read_text())["cases"] if c["policy"]
 @pytest.mark.parametrize("case", L2NORM_CASES, ids=[c["name"] for c in L2NORM_CASES])
 def test_l2norm_case_matches_reference(case: dict, tensors: dict[str, torch.Tensor]) -> None:
     """The authors' L2Norm: each head's ``budget`` smallest-norm keys, no window reserved."""
-    from baselines import L2Norm
+    from restkv.baselines import L2Norm
 
     keys = tensors[f"{case['name']}.key"]
     inputs = LayerInputs(

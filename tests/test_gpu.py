@@ -129,10 +129,10 @@ def _cpu(tensor: torch.Tensor | None) -> torch.Tensor | None:
 def test_fidelity_keeps_gpu_memory_flat_over_many_samples():
     if CUDA.type != "cuda":
         pytest.skip("measures CUDA memory")
-    from eval.evaluation.base import Session
-    from eval.evaluation.fidelity import Fidelity
-    from eval.prompting import PromptTokens
-    from eval.sample import Sample
+    from restkv.eval.benchmarks.sample import Sample
+    from restkv.eval.evaluation.base import Session
+    from restkv.eval.evaluation.fidelity import Fidelity
+    from restkv.eval.evaluation.prompting import PromptTokens
 
     class Tokenizer:
         def __call__(self, text, add_special_tokens=False):
@@ -179,14 +179,14 @@ def test_eval_run_on_cuda(tmp_path, device_map):
 
 def test_latency_benchmark_on_cuda(tmp_path):
     overrides = ["latency=tiny", f"latency.device={CUDA}", f"latency.out_dir={tmp_path}", "latency.name=cuda-smoke"]
-    _run([sys.executable, "-m", "eval.latency", *overrides], tmp_path)
+    _run([sys.executable, "-m", "restkv.eval.latency", *overrides], tmp_path)
     assert (tmp_path / "cuda-smoke.json").is_file()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_a_captured_decode_step_replays_the_eager_steps(arch):
     """The CUDA-graph step over a static-shape cache writes what eager decoding from the same token writes."""
-    from eval.latency.timing import decode_static, forward
+    from restkv.eval.latency.timing import decode_static, forward
     from restkv.static import to_static
 
     model = tiny_model(arch).to(CUDA)

@@ -9,14 +9,16 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import eval.generation as generation
-from eval.evaluation import fidelity
-from eval.generation import answer
-from eval.identity import run_identity
-from eval.models import ModelSpec, check_device_map, load_model
-from eval.prompting import PromptTokens
+import restkv.eval.evaluation.decoding as generation
 from restkv import compress
 from restkv.cache import DECODE_RESERVE_CHUNK, CompressedLayer
+from restkv.eval.evaluation import fidelity
+from restkv.eval.evaluation.decoding import answer
+from restkv.eval.evaluation.prompting import PromptTokens
+from restkv.eval.harness.identity import run_identity
+from restkv.eval.models.loading import load_model
+from restkv.eval.models.placement import check_device_map
+from restkv.eval.models.spec import ModelSpec
 from restkv.registry import get_policy
 
 CPU = torch.device("cpu")
@@ -108,8 +110,8 @@ def test_fidelity_references_stay_in_bounded_host_memory(monkeypatch):
 
 
 def test_fidelity_keeps_references_on_the_host(make_model, tmp_path):
-    from eval.evaluation.base import Session
-    from eval.sample import Sample
+    from restkv.eval.benchmarks.sample import Sample
+    from restkv.eval.evaluation.base import Session
 
     class Tokenizer:
         def __call__(self, text, add_special_tokens=False):
@@ -159,7 +161,7 @@ def test_flash_attention_3_is_refused_as_untested():
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_a_static_shape_cache_decodes_as_the_dynamic_one(make_model, arch, attn):
-    from eval.latency.timing import decode, decode_static, forward
+    from restkv.eval.latency.timing import decode, decode_static, forward
     from restkv.layouts import layer_size
     from restkv.static import StaticLayer, to_static
 
@@ -196,7 +198,7 @@ def test_a_static_layer_refuses_a_prefill():
 
 
 def test_a_device_map_that_spills_off_the_gpus_is_refused(make_model):
-    from eval.placement import dispatched
+    from restkv.eval.models.placement import dispatched
 
     with pytest.raises(ValueError, match=r"model.device_map=auto would put layers on cpu: the GPUs are too small"):
         dispatched(make_model("llama"), "auto")  # no GPU here: every layer would land on the CPU
@@ -215,7 +217,7 @@ def test_a_static_layer_is_read_only_by_restkv_attention(make_model):
 
 
 def test_static_decoding_leaves_the_host_count_right(make_model):
-    from eval.latency.timing import decode_static, forward
+    from restkv.eval.latency.timing import decode_static, forward
     from restkv.static import to_static
 
     model = make_model("llama")
@@ -228,7 +230,7 @@ def test_static_decoding_leaves_the_host_count_right(make_model):
 
 
 def test_latency_refuses_masked_caches_with_flash_attention():
-    from eval.latency.settings import Settings
+    from restkv.eval.latency.settings import Settings
 
     with pytest.raises(ValueError, match=r"static need a per-slot mask, which attn_implementation=flash_attention_2"):
         Settings(name="x", shape="tiny-llama", attn_implementation="flash_attention_2", decode_caches=["static"])

@@ -9,8 +9,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from baselines import HeadKV
-from eval.retrieval_heads import (
+from restkv import compress
+from restkv.allocation import load_head_scores
+from restkv.baselines import HeadKV
+from restkv.eval.probes.retrieval_heads import (
     Probe,
     RetrievalProbe,
     build_probes,
@@ -19,8 +21,6 @@ from eval.retrieval_heads import (
     retrieval_scores,
     write_head_scores,
 )
-from restkv import compress
-from restkv.allocation import load_head_scores
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO = REPO / "models" / "micro-llama"

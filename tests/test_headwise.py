@@ -15,9 +15,9 @@ import torch
 from transformers import DynamicCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from baselines import AdaKV, HeadKV, SnapKV
 from restkv import ReSTKV, compress
 from restkv.allocation import HeadSelection
+from restkv.baselines import AdaKV, HeadKV, SnapKV
 from restkv.cache import CompressedLayer
 from restkv.layouts import MaskedLayer, VarlenLayer, layer_size
 from restkv.policy import Policy

@@ -14,9 +14,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
-from eval import hub
-from eval.benchmarks import infinitebench
-from eval.benchmarks.infinitebench import (
+from restkv.eval.models import hub
+from restkv.eval.benchmarks import infinitebench
+from restkv.eval.benchmarks.infinitebench.benchmark import (
     PROMPTS,
     TASKS,
     InfiniteBenchBenchmark,
@@ -24,12 +24,12 @@ from eval.benchmarks.infinitebench import (
     references,
     split_prompt,
 )
-from eval.benchmarks.jsonl import DataFileError
-from eval.metrics import METRICS
-from eval.prompting import tokenize
-from eval.results import PREDICTIONS
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
+from restkv.eval.benchmarks.jsonl import DataFileError
+from restkv.eval.benchmarks.metrics import metric_names
+from restkv.eval.evaluation.prompting import tokenize
+from restkv.eval.harness.run_folder import PREDICTIONS
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "infinitebench"
 TINY = Path(__file__).resolve().parents[1] / "models" / "tiny-random-llama"
@@ -85,7 +85,7 @@ def test_task_tables() -> None:
     for task in TASKS:
         assert max_new_tokens(task) == AUTHORS[task]
         assert max_new_tokens(task, "official") == OFFICIAL_DIFFERENT.get(task, AUTHORS[task])
-        assert f"infbench_{task}" in METRICS
+        assert f"infbench_{task}" in metric_names()
         assert PROMPTS[task].count("{context}") == 1
 
 
@@ -300,7 +300,7 @@ def test_missing_files_and_the_hub(tmp_path, tok, monkeypatch) -> None:
     monkeypatch.setattr(hub, "hub_reachable", lambda: False)
     with pytest.raises(FileNotFoundError, match="hub is not reachable"):
         bench(tasks=["passkey"], data_dir=str(tmp_path), hub=True).load_samples(tok)
-    monkeypatch.setattr(infinitebench, "fetch_task_file", lambda task: (FIXTURES / f"{task}.jsonl", ""))
+    monkeypatch.setattr(infinitebench.benchmark, "fetch_task_file", lambda task: (FIXTURES / f"{task}.jsonl", ""))
     fetched = bench(tasks=["passkey"], data_dir=str(tmp_path), hub=True).load_samples(tok)
     assert [s.references for s in fetched] == [["71432"], ["28815"]]
 

@@ -7,8 +7,8 @@ import torch
 from transformers import DynamicCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
 from restkv import ReSTKV, compress
+from restkv.baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
 from restkv.cache import CompressedLayer
 from restkv.policy import Policy
 

@@ -17,11 +17,11 @@ from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from baselines.kvpress import SUPPORTED, WINDOWS, KVPressPolicy
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
 from restkv import ReSTKV, get_policy
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 from restkv.interop import KVPressMissing, compression_ratio, kvpress_kept
+from restkv.interop.kvpress_policy import SUPPORTED, WINDOWS, KVPressPolicy
 from restkv.interop.positions import full_cache, policy_positions, press_positions
 
 MICRO = Path(__file__).resolve().parents[1] / "models" / "micro-llama"

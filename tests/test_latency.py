@@ -9,15 +9,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache, LlamaConfig
 
-from baselines import FullCache, SnapKV
-from eval.configs import CONFIGS
-from eval.latency.bounds import bound_ms, decode_bytes
-from eval.latency.cli import run
-from eval.latency.modeling import cache_token_bytes, parameter_bytes_read, random_model, synthetic_base, synthetic_cache
-from eval.latency.settings import Settings, model_config
-from eval.latency.timing import forward
 from restkv import ReSTKV, compress
+from restkv.baselines import FullCache, SnapKV
 from restkv.cache import CompressedLayer
+from restkv.eval.harness.config_tree import CONFIGS
+from restkv.eval.latency.bounds import bound_ms, decode_bytes
+from restkv.eval.latency.cli import run
+from restkv.eval.latency.modeling import (
+    cache_token_bytes,
+    parameter_bytes_read,
+    random_model,
+    synthetic_base,
+    synthetic_cache,
+)
+from restkv.eval.latency.settings import Settings, model_config
+from restkv.eval.latency.timing import forward
 
 PREFILL_FIELDS = {
     "context", "policy", "budget", "seconds_median", "seconds", "eviction_seconds_median", "eviction_seconds",
@@ -94,8 +100,8 @@ def test_synthetic_decode_says_so(tmp_path: Path) -> None:
 
 
 def test_in_process_peak_probe_as_on_gpus(tmp_path: Path) -> None:
-    from eval.latency.jobs import build_model, decode_jobs
-    from eval.latency.runner import time_jobs
+    from restkv.eval.latency.jobs import build_model, decode_jobs
+    from restkv.eval.latency.model_mode import time_jobs
 
     settings = tiny_settings(tmp_path, decode_fill="synthetic", repeats=1)
     model = build_model(settings)
@@ -182,7 +188,7 @@ def test_presets_compose_and_validate() -> None:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    import eval.latency.cli  # noqa: F401  (registers the primary config)
+    import restkv.eval.latency.cli  # noqa: F401  (registers the primary config)
 
     presets = sorted(p.stem for p in (CONFIGS / "latency").glob("*.yaml") if p.stem != "base")
     assert {"tiny", "cpu-8k", "cpu-decode-32k", "gpu-h200"} <= set(presets)
@@ -208,8 +214,8 @@ def test_shapes_have_the_real_models_parameter_counts(shape: str, parameters: in
 
 
 def test_headwise_synthetic_caches_hold_the_uniform_total() -> None:
-    from eval.latency.headwise import headwise_lengths
-    from eval.latency.modeling import cache_bytes
+    from restkv.eval.latency.headwise import headwise_lengths
+    from restkv.eval.latency.modeling import cache_bytes
     from restkv.layouts import MaskedLayer, VarlenLayer
 
     assert (
@@ -237,7 +243,7 @@ def test_headwise_synthetic_caches_hold_the_uniform_total() -> None:
 
 def test_headwise_synthetic_layouts_decode_the_same_tokens() -> None:
     """varlen and masked keep the same positions per head: decoding over them gives the same logits."""
-    from baselines import FullCache
+    from restkv.baselines import FullCache
 
     config = model_config(tiny_settings(Path(".")))
     model = random_model(config, torch.float32, torch.device("cpu"))
@@ -254,7 +260,7 @@ def test_headwise_synthetic_layouts_decode_the_same_tokens() -> None:
 
 
 def test_headwise_layouts_in_the_benchmark(tmp_path: Path) -> None:
-    from eval.latency.report import tables
+    from restkv.eval.latency.records import tables
 
     settings = tiny_settings(
         tmp_path,
@@ -285,7 +291,7 @@ def test_headwise_layouts_in_the_benchmark(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", ["varlen", "masked"])
 def test_headwise_layouts_with_equal_heads_decode_as_the_dense_cache(kind: str) -> None:
     """Equivalence: with every head keeping the budget (spread 0), a head-wise layout is the uniform cache."""
-    from eval.latency.headwise import headwise_lengths
+    from restkv.eval.latency.headwise import headwise_lengths
 
     assert headwise_lengths(2, 16, 64, spread=0.0) == [16, 16]
     config = model_config(tiny_settings(Path(".")))
@@ -304,8 +310,8 @@ def test_headwise_layouts_with_equal_heads_decode_as_the_dense_cache(kind: str) 
 
 def test_headwise_layer_sizes_by_hand() -> None:
     """layer_size of a synthetic varlen layer: (sum of lengths + heads * reserve) * head_dim * (k, v) * 4 B."""
-    from eval.latency.headwise import headwise_lengths
-    from eval.latency.modeling import cache_bytes
+    from restkv.eval.latency.headwise import headwise_lengths
+    from restkv.eval.latency.modeling import cache_bytes
 
     config = model_config(tiny_settings(Path(".")))
     base = synthetic_base(config, 96, torch.float32, torch.device("cpu"))

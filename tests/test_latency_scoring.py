@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.latency.cli import run
-from eval.latency.scoring import LayerShape, authors_scores, authors_select, decision, random_layer, variants
-from eval.latency.settings import Settings
 from restkv import scoring
+from restkv.eval.latency.cli import run
+from restkv.eval.latency.scoring_mode import (
+    LayerShape,
+    authors_scores,
+    authors_select,
+    decision,
+    random_layer,
+    variants,
+)
+from restkv.eval.latency.settings import Settings
 from restkv.restkv import ReSTKV
 
 SCORING_FIELDS = {

@@ -16,10 +16,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from eval import gpu_slots
-from eval.results import METRICS, PREDICTIONS
-from eval.run import CONFIGS, run_settings
-from eval.runner import folder_of
+from restkv.eval.harness import gpu_slots
+from restkv.eval.harness.run_folder import METRICS, PREDICTIONS
+from restkv.eval.harness.runner import folder_of
+from restkv.eval.run import CONFIGS, run_settings
 from restkv.select import Budget
 
 pytest.importorskip(
@@ -50,7 +50,7 @@ def finished_cells(out_dir: Path) -> list[Path]:
 def test_two_processes_claim_the_two_visible_gpus(tmp_path: Path) -> None:
     """Each process takes the first free slot; a third is refused while both are held."""
     claim = (
-        "import sys, time; from pathlib import Path; from eval import gpu_slots; "
+        "import sys, time; from pathlib import Path; from restkv.eval.harness import gpu_slots; "
         "slot = gpu_slots.claim_slot(Path(sys.argv[1]), gpu_slots.visible_gpus()); "
         "print(slot.device, flush=True); time.sleep(float(sys.argv[2]))"
     )
@@ -90,7 +90,11 @@ def test_more_workers_than_gpus_a_held_slot_and_bad_n_jobs_are_refused(tmp_path:
     try:
         assert gpu_slots.claim_slot(tmp_path, ["0"]) == slot  # one process keeps one claim
         other = subprocess.run(
-            [sys.executable, "-c", f"from eval import gpu_slots; gpu_slots.claim_slot({str(tmp_path)!r}, ['0'])"],
+            [
+                sys.executable,
+                "-c",
+                f"from restkv.eval.harness import gpu_slots; gpu_slots.claim_slot({str(tmp_path)!r}, ['0'])",
+            ],
             env=environment(),
             capture_output=True,
             text=True,

@@ -15,10 +15,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
-from eval import hub
-from eval.benchmarks import longbench, official
-from eval.benchmarks.jsonl import DataFileError
-from eval.benchmarks.longbench import (
+from restkv.eval.models import hub
+from restkv.eval.benchmarks import longbench, official
+from restkv.eval.benchmarks.jsonl import DataFileError
+from restkv.eval.benchmarks.longbench.benchmark import (
     NO_CHAT_TASKS,
     TASK_SPECS,
     TASKS,
@@ -28,12 +28,12 @@ from eval.benchmarks.longbench import (
     LongBenchBenchmark,
     split_prompt,
 )
-from eval.benchmarks.longbench_metrics import LONGBENCH_TASKS, bucket_scores, length_bucket
-from eval.metrics import METRICS
-from eval.prompting import render, tokenize
-from eval.results import PREDICTIONS
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
+from restkv.eval.benchmarks.longbench.metrics import LONGBENCH_TASKS, bucket_scores, length_bucket
+from restkv.eval.benchmarks.metrics import metric_names
+from restkv.eval.evaluation.prompting import render, tokenize
+from restkv.eval.harness.run_folder import PREDICTIONS
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "longbench"
 TINY = Path(__file__).resolve().parents[1] / "models" / "tiny-random-llama"
@@ -95,7 +95,7 @@ def test_task_tables() -> None:
     assert set(TASKS_E) <= set(TASKS_EN)
     for task, (max_new, metric) in EXPECTED.items():
         assert (TASK_SPECS[task].max_new_tokens, TASK_SPECS[task].metric) == (max_new, metric), task
-        assert metric in METRICS
+        assert metric in metric_names()
         assert TASK_SPECS[task].prompt.count("{context}") == 1
     assert {"trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p"} == NO_CHAT_TASKS
 
@@ -333,7 +333,7 @@ def test_hub_archive_is_read_in_place(tmp_path, tok, monkeypatch) -> None:
         z.write(FIXTURES / "trec.jsonl", "data/trec.jsonl")
         z.writestr("data/qasper_e.jsonl", (FIXTURES / "qasper_e.jsonl").read_text(encoding="utf-8") + "{oops\n")
     calls: list[int] = []
-    monkeypatch.setattr(longbench, "fetch_archive", lambda: (calls.append(1), (archive, ""))[1])
+    monkeypatch.setattr(longbench.benchmark, "fetch_archive", lambda: (calls.append(1), (archive, ""))[1])
     empty = tmp_path / "empty"
     empty.mkdir()
     samples = bench(tasks=["trec"], data_dir=str(empty), hub=True).load_samples(tok)

@@ -12,8 +12,8 @@ import torch
 from transformers import DynamicCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from baselines import CAM, CriticalKV, SnapKV
 from restkv import compress, get_policy
+from restkv.baselines import CAM, CriticalKV, SnapKV
 from restkv.cache import CompressedLayer
 from restkv.select import gather_positions
 

@@ -1,4 +1,4 @@
-"""Hand-computed checks for every registered metric (eval.metrics and eval/benchmarks/*_metrics.py).
+"""Hand-computed checks for every registered metric (restkv.eval.benchmarks.metrics and eval/benchmarks/*_metrics.py).
 
 Every expected value is worked out in the comment next to it from the official definition
 (LongBench eval.py/metrics.py, RULER constants.py, InfiniteBench compute_scores.py, the
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.benchmarks.longbench_metrics import LONGBENCH_TASKS, longbench_postprocess
-from eval.metrics import METRICS, score
+from restkv.eval.benchmarks.longbench.metrics import LONGBENCH_TASKS, longbench_postprocess
+from restkv.eval.benchmarks.metrics import metric_names, score
 
 # rouge (the PyPI package LongBench uses) divides by (P + R + 1e-8): this is F for P = R = 1.
 PYROUGE_PERFECT = 2.0 * (1.0 / (2.0 + 1e-8))  # 0.999999995
@@ -19,7 +19,7 @@ PYROUGE_HALF = 2.0 * (0.25 / (1.0 + 1e-8))  # 0.499999995
 
 
 def test_registry_has_exactly_the_agreed_names() -> None:
-    assert set(METRICS) == {
+    assert set(metric_names()) == {
         "qa_f1", "qa_f1_zh", "rouge", "rouge_zh", "classification", "retrieval", "retrieval_zh",
         "count", "code_sim", "string_match_all", "string_match_part", "niah_rouge",
         "infbench_passkey", "infbench_number_string", "infbench_kv_retrieval",
@@ -38,7 +38,7 @@ def test_unknown_metric_names_it_and_lists_valid_names_sorted() -> None:
     message = str(err.value)
     assert "'bleu'" in message
     # the full list, alphabetical: classification < code_sim < count < infbench_... < niah_rouge
-    assert ", ".join(sorted(METRICS)) in message
+    assert ", ".join(metric_names()) in message
     assert message.index("classification") < message.index("code_sim") < message.index("niah_rouge")
 
 
@@ -55,7 +55,7 @@ def test_empty_reference_list_is_rejected() -> None:
         score("qa_f1", "x", [])
 
 
-@pytest.mark.parametrize("metric", sorted(METRICS))
+@pytest.mark.parametrize("metric", metric_names())
 def test_empty_prediction_scores_zero(metric: str) -> None:
     # Non-empty, well-formed references for every metric; an empty answer must score 0 without
     # raising. Extra kwargs (all_classes) are ignored by metrics that do not use them.

@@ -9,10 +9,10 @@ from _tokenizer import tokenizer_fixture  # noqa: F401
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
-from eval.benchmarks import micro
-from eval.benchmarks.base import Sample
-from eval.metrics import ruler_string_match_all
-from eval.run import CONFIGS
+from restkv.eval.benchmarks import micro
+from restkv.eval.benchmarks.base import Sample
+from restkv.eval.benchmarks.ruler.metrics import ruler_string_match_all
+from restkv.eval.run import CONFIGS
 
 ESSAY_TASKS = {t for t, c in micro.TASK_CONFIGS.items() if c.haystack == "essay"}
 
@@ -157,7 +157,7 @@ def test_fidelity_can_take_the_micro_suite_as_its_source() -> None:
 
 
 def test_the_micro_needle_grid_places_its_needle_at_each_depth(tokenizer) -> None:
-    from eval.benchmarks.micro_niah import MicroNiahBenchmark
+    from restkv.eval.benchmarks.micro.niah import MicroNiahBenchmark
 
     bench = MicroNiahBenchmark(lengths=[512, 1024], depths=[0, 50, 100], samples=2)
     samples = bench.load_samples(tokenizer)
@@ -172,7 +172,7 @@ def test_the_micro_needle_grid_places_its_needle_at_each_depth(tokenizer) -> Non
 
 
 def test_the_micro_needle_grid_names_bad_settings(tokenizer) -> None:
-    from eval.benchmarks.micro_niah import MicroNiahBenchmark
+    from restkv.eval.benchmarks.micro.niah import MicroNiahBenchmark
 
     with pytest.raises(ValueError, match=r"bench.depths has 150"):
         MicroNiahBenchmark(depths=[0, 150])

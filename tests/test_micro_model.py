@@ -12,14 +12,14 @@ from hydra import compose, initialize_config_dir
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from baselines import FullCache, StreamingLLM
-from eval.benchmarks import micro as micro_suite
-from eval.benchmarks import ruler
-from eval.generation import answer
-from eval.metrics import ruler_string_match_all
-from eval.prompting import tokenize
-from eval.run import CONFIGS
 from restkv import ReSTKV, compress
+from restkv.baselines import FullCache, StreamingLLM
+from restkv.eval.benchmarks import micro as micro_suite
+from restkv.eval.benchmarks import ruler
+from restkv.eval.benchmarks.ruler.metrics import ruler_string_match_all
+from restkv.eval.evaluation.decoding import answer
+from restkv.eval.evaluation.prompting import tokenize
+from restkv.eval.run import CONFIGS
 from restkv.policy import Policy
 
 FOLDER = Path(__file__).resolve().parents[1] / "models" / "micro-llama"

@@ -16,9 +16,10 @@ from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from safetensors.torch import save_file
 
-from eval import models
-from eval.configs import CONFIGS
-from eval.models import ModelSpec, check_model, fingerprint_scheme_matches, weights_fingerprint
+from restkv.eval.harness.config_tree import CONFIGS
+from restkv.eval.models import fingerprint as models
+from restkv.eval.models.fingerprint import fingerprint_scheme_matches, weights_fingerprint
+from restkv.eval.models.spec import ModelSpec, check_model
 
 MODEL_CONFIGS = sorted(p.stem for p in (CONFIGS / "model").glob("*.yaml"))
 HUB_ID = "meta-llama/Llama-3.1-8B-Instruct"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from _tokenizer import tokenizer_fixture  # noqa: F401
 
-from eval.benchmarks import haystack, niah
+from restkv.eval.benchmarks import haystack, niah
 
 LENGTHS = [1000, 2000, 4000]
 

@@ -15,8 +15,8 @@ import torch
 import transformers
 from transformers import DynamicCache
 
-from baselines import FullCache, SnapKV
 from restkv import ReSTKV, compress
+from restkv.baselines import FullCache, SnapKV
 from restkv.cache import CACHE_KEYWORDS
 from restkv.integrate import KVCompressor
 

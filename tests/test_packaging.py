@@ -11,16 +11,17 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from eval import paths
+from restkv.eval.models import paths
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
 def test_every_package_of_the_tree_is_listed() -> None:
+    names = {"restkv": "restkv", "baselines": "restkv.baselines", "eval": "restkv.eval", "microtrain": "restkv.microtrain"}
     found = {
-        ".".join(init.parent.relative_to(ROOT).parts)
-        for top in ("restkv", "baselines", "eval", "microtrain")
+        ".".join((name, *init.parent.relative_to(ROOT / top).parts))
+        for top, name in names.items()
         for init in (ROOT / top).rglob("__init__.py")
     }
     assert found <= set(PYPROJECT["packages"]), (
@@ -49,7 +50,15 @@ def test_regular_install_runs_from_any_folder(tmp_path: Path) -> None:
     subprocess.run([*pip, "install", "--no-deps", "--target", target, *wheels.glob("*.whl")], check=True)
     env = {**os.environ, "PYTHONPATH": str(target)}
     run = subprocess.run(
-        [sys.executable, "-m", "eval.run", "bench=ruler", "bench.tasks=[niah_single_1]", "limit=1", "out_dir=out"],
+        [
+            sys.executable,
+            "-m",
+            "restkv.eval.run",
+            "bench=ruler",
+            "bench.tasks=[niah_single_1]",
+            "limit=1",
+            "out_dir=out",
+        ],
         cwd=elsewhere,
         env=env,
         capture_output=True,
@@ -59,7 +68,7 @@ def test_regular_install_runs_from_any_folder(tmp_path: Path) -> None:
     (metrics,) = (elsewhere / "out").rglob("metrics.json")
     assert json.loads(metrics.read_text())["tasks"]["niah_single_1"] >= 0
     where = subprocess.run(
-        [sys.executable, "-c", "import eval.paths as p; print(p.CHECKOUT, p.bundled('models'))"],
+        [sys.executable, "-c", "import restkv.eval.models.paths as p; print(p.CHECKOUT, p.bundled('models'))"],
         cwd=elsewhere,
         env=env,
         capture_output=True,

@@ -22,14 +22,14 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-import eval.runner  # noqa: F401  (registers the ${range_list:...} resolver)
-from baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
-from eval.benchmarks import infinitebench, longbench, niah
-from eval.models import ModelSpec, check_attention_backend
-from eval.prompting import tokenize
-from eval.run import CONFIGS
-from eval.runner import RunSettings, plan_run
+import restkv.eval.harness.runner  # noqa: F401  (registers the ${range_list:...} resolver)
 from restkv import ReSTKV
+from restkv.baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
+from restkv.eval.benchmarks import infinitebench, longbench, niah
+from restkv.eval.evaluation.prompting import tokenize
+from restkv.eval.harness.runner import RunSettings, plan_run
+from restkv.eval.models.spec import ModelSpec, check_attention_backend
+from restkv.eval.run import CONFIGS
 
 MICRO_PAPER = "paper_micro"
 """Not the authors' protocol: the micro model's stand-in for every artifact (tested at the end of this file)."""

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
-from baselines.h2o import accumulated_attention
 from restkv import Budget, LayerInputs, ReSTKV, ScoringPolicy, get_policy, policy_names
+from restkv.baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
+from restkv.baselines.h2o import accumulated_attention
 from restkv.select import keep_indices, pyramid_budgets, reduce_groups
 
 

@@ -17,9 +17,9 @@ from hydra.errors import ConfigCompositionException
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from eval.configs import CONFIG_KEYS, configured_policy
-from eval.run import CONFIGS
 from restkv import Policy, ReSTKV, ScoringPolicy, get_policy, policy_names, preset_names
+from restkv.eval.harness.config_tree import CONFIG_KEYS, configured_policy
+from restkv.eval.run import CONFIGS
 from restkv.registry import policy_defaults, resolve_policy
 
 ROOT = Path(CONFIGS) / "policy"
@@ -48,7 +48,7 @@ def test_config_states_only_what_it_changes(name: str) -> None:
     written = OmegaConf.to_container(OmegaConf.load(ROOT / f"{name}.yaml"))
     assert isinstance(written, dict)
     cls, _ = resolve_policy(name)
-    assert written["_target_"] in (f"{cls.__module__}.{cls.__name__}", f"{cls.__module__.split('.')[0]}.{cls.__name__}")
+    assert written["_target_"] in (f"{cls.__module__}.{cls.__name__}", f"{cls.__module__.rpartition('.')[0]}.{cls.__name__}")
     defaults = policy_defaults(name)
     restated = {k: v for k, v in written.items() if k not in CONFIG_KEYS and defaults.get(k) == v}
     assert not restated, f"configs/policy/{name}.yaml restates defaults {restated}"
@@ -105,7 +105,7 @@ def test_readme_knob_table_matches_the_dataclasses() -> None:
     assert sorted(rows) == policy_names()
     for name, (path, knobs) in rows.items():
         cls, _ = resolve_policy(name)
-        assert path == f"{cls.__module__.split('.')[0]}.{cls.__name__}", name
+        assert path == f"{cls.__module__.rpartition('.')[0]}.{cls.__name__}", name
         defaults = policy_defaults(name)
         for knob, written in knobs.items():
             assert knob in defaults, f"README lists {name}.{knob}, which is not a knob"

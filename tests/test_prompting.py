@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from eval.benchmarks.base import Sample
-from eval.models import resolve
-from eval.prompting import tokenize, truncate_middle
+from restkv.eval.benchmarks.base import Sample
+from restkv.eval.evaluation.prompting import tokenize, truncate_middle
+from restkv.eval.models.loading import resolve
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"

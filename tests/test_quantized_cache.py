@@ -11,9 +11,9 @@ from hydra import compose, initialize_config_dir
 from transformers import DynamicCache
 from transformers.cache_utils import QuantizedLayer
 
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
 from restkv import compress, get_policy
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 from restkv.quantize import OutlierQuantizedLayer, Quantization, quantized_bytes
 
 PROMPT, WINDOW, BUDGET = 96, 8, 40

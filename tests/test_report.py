@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from eval.collect import load_runs
-from eval.report.artifacts import NAMES, build_report, make_all
-from eval.report.table import interval, run_table, sample_frame
+from restkv.eval.report.artifacts import NAMES, build_report, make_all
+from restkv.eval.report.collect import load_runs
+from restkv.eval.report.table import interval, run_table, sample_frame
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = ("micro_single_2", "passkey")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.results import (
+from restkv.eval.harness.run_folder import (
     CORRUPT,
     LOCK,
     METRICS,
@@ -32,7 +32,7 @@ from eval.results import (
 HOLDER = """
 import sys
 from pathlib import Path
-from eval.results import RunLock
+from restkv.eval.harness.run_folder import RunLock
 with RunLock(Path(sys.argv[1])):
     print("locked", flush=True)
     sys.stdin.read()

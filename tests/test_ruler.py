@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from _tokenizer import tokenizer_fixture  # noqa: F401
 
-from eval.benchmarks import ruler
-from eval.benchmarks.base import Sample
-from eval.benchmarks.ruler import TASKS, RulerData
-from eval.benchmarks.ruler import generate as generate_default
+from restkv.eval.benchmarks import ruler
+from restkv.eval.benchmarks.base import Sample
+from restkv.eval.benchmarks.ruler import TASKS, RulerData
+from restkv.eval.benchmarks.ruler import generate as generate_default
 
 generate = functools.partial(generate_default, fit="exact", words="bundled")
 

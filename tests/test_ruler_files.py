@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from eval.benchmarks.ruler import RulerBenchmark, find_files, read_samples
-from eval.metrics import ruler_string_match_all
-from eval.run import CONFIGS
-from eval.runner import RunSettings, run_benchmark
+from restkv.eval.benchmarks.ruler import RulerBenchmark, find_files, read_samples
+from restkv.eval.benchmarks.ruler.metrics import ruler_string_match_all
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
 

@@ -7,8 +7,8 @@ import re
 import pytest
 from _tokenizer import tokenizer_fixture  # noqa: F401
 
-from eval.benchmarks import ruler
-from eval.benchmarks.ruler import Draft, RulerBenchmark, generate, haystacks, step_down, vocabulary
+from restkv.eval.benchmarks import ruler
+from restkv.eval.benchmarks.ruler import Draft, RulerBenchmark, generate, haystacks, step_down, vocabulary
 
 KEY = re.compile(r"One of the special magic numbers for (.+?) is: \d+\.")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from eval.benchmarks import ruler
+from restkv.eval.benchmarks import ruler
 
 TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "micro-llama"
 RECORDED = {

@@ -9,9 +9,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from eval.results import PREDICTIONS, overrides_hash, run_folder
-from eval.run import CONFIGS, other_overrides
-from eval.runner import RunSettings, run_benchmark
+from restkv.eval.harness.run_folder import PREDICTIONS, overrides_hash, run_folder
+from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.run import CONFIGS, other_overrides
 
 
 def config(tmp_path: Path, *overrides: str):
@@ -85,7 +85,8 @@ def test_resume_refuses_predictions_of_other_weights(tmp_path: Path) -> None:
 
 
 def test_weights_fingerprint_follows_the_weight_files(tmp_path: Path) -> None:
-    from eval.models import ModelSpec, weights_fingerprint
+    from restkv.eval.models.fingerprint import weights_fingerprint
+    from restkv.eval.models.spec import ModelSpec
 
     folder = tmp_path / "model"
     folder.mkdir()

@@ -1,8 +1,12 @@
 """The tree's shape: dependencies point one way, no import cycles, no reaching into private names.
 
-Layers, lowest first: ``restkv`` (the core) <- ``baselines`` (plugins) <- ``eval`` <- ``microtrain`` <-
-``scripts``. A module may import its own layer and the layers below it, never above; the core
-finds its plugins through entry points, not imports.
+Layers, lowest first, by folder: ``restkv/`` (the core) <- ``baselines/`` (plugins) <- ``eval/`` <-
+``microtrain/`` <- ``scripts/``. A module may import its own layer and the layers below it, never
+above; the core finds its plugins through entry points, not imports. The folders install under one
+name (``baselines/`` is ``restkv.baselines``, ``eval/`` ``restkv.eval``, ``microtrain/``
+``restkv.microtrain``), so no module imports them as top-level packages. Packages (``restkv``,
+``restkv.interop``, ``restkv.eval.harness``, ``restkv.eval.benchmarks`` with its subpackages, ...)
+import each other without a loop.
 """
 
 from __future__ import annotations
@@ -14,6 +18,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("restkv", "baselines", "eval", "microtrain", "scripts")
+"""Folders, lowest layer first."""
+IMPORT_NAMES = {"restkv": "restkv", "baselines": "restkv.baselines", "eval": "restkv.eval", "microtrain": "restkv.microtrain"}
+"""How each folder is imported (``pyproject.toml``'s package-dir); ``scripts`` are not imported."""
+TOP_LEVEL_NAMES = ("baselines", "eval", "microtrain")
+"""Folder names that must never be imported as top-level packages (they would shadow other packages)."""
 MAX_LINES = 500
 MAX_FUNCTION_LINES = 60
 # Left to the RULER issue, which restructures this module.
@@ -24,9 +33,9 @@ def _modules() -> dict[str, Path]:
     found = {}
     for layer in LAYERS:
         for path in (ROOT / layer).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            found[name] = path
+            parts = path.relative_to(ROOT / layer).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            found[".".join((IMPORT_NAMES.get(layer, layer), *parts))] = path
     return found
 
 
@@ -56,7 +65,7 @@ def _project_module(name: str) -> str | None:
 
 
 def _layer(module: str) -> int:
-    return LAYERS.index(module.split(".")[0])
+    return LAYERS.index(MODULES[module].relative_to(ROOT).parts[0])
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -107,6 +116,47 @@ def test_no_import_cycles() -> None:
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
+
+
+def _package(module: str) -> str:
+    """The package ``module`` belongs to: itself for a package's ``__init__``, else its parent."""
+    return module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def test_no_import_loop_between_packages() -> None:
+    """Collapsed to packages, the import graph has no cycle (e.g. a registry importing the benchmarks that
+    import it); a package importing its own subpackages is fine, a subpackage importing back up is not."""
+    graph: dict[str, set[str]] = {}
+    for module, path in MODULES.items():
+        for imported, _ in _imports(path):
+            target = _project_module(imported)
+            if target is None:
+                continue
+            source, sink = _package(module), _package(target)
+            if source != sink and not (MODULES[module].name == "__init__.py" and _is_package_of(source, target)):
+                graph.setdefault(source, set()).add(sink)
+    state: dict[str, int] = {}
+
+    def visit(package: str, trail: list[str]) -> None:
+        state[package] = 1
+        for target in sorted(graph.get(package, ())):
+            if state.get(target) == 1:
+                pytest.fail("import loop between packages: " + " -> ".join([*trail[trail.index(target) :], target]))
+            if target not in state:
+                visit(target, [*trail, target])
+        state[package] = 2
+
+    for package in sorted(graph):
+        if package not in state:
+            visit(package, [package])
+
+
+def test_the_installed_folders_are_never_imported_as_top_level_packages() -> None:
+    """``import eval`` / ``import baselines`` would find a folder of the checkout, or another project's package."""
+    for path in [*MODULES.values(), *(ROOT / "tests").rglob("*.py")]:
+        for imported, _ in _imports(path):
+            top = imported.split(".")[0]
+            assert top not in TOP_LEVEL_NAMES, f"{path.relative_to(ROOT)} imports {imported}: use restkv.{imported}"
 
 
 def _is_package_of(package: str, module: str) -> bool:

@@ -13,9 +13,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from eval import tracking
-from eval.results import METRICS, PREDICTIONS
-from eval.run import CONFIGS
+from restkv.eval.harness import tracking
+from restkv.eval.harness.run_folder import METRICS, PREDICTIONS
+from restkv.eval.run import CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
 CHEAP = ["bench=micro", "bench.samples=2", "bench.tasks=[passkey]", "bench.lengths=[512]", "policy=snapkv", "budget=64"]

@@ -22,13 +22,13 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from microtrain.batches import make_batch
-from microtrain.config import EXPORT_DIR, MODEL_CONFIG, REPO
-from microtrain.curriculum import State
-from microtrain.examples import Example, TaskData
-from microtrain.model import build_model
-from microtrain.recipes import RECIPES, TASK_WEIGHTS, Recipe, scaled_stages
-from microtrain.tokenizer import tokenizer_corpus, train_tokenizer
+from restkv.microtrain.batches import make_batch
+from restkv.microtrain.config import EXPORT_DIR, MODEL_CONFIG, REPO
+from restkv.microtrain.curriculum import State
+from restkv.microtrain.examples import Example, TaskData
+from restkv.microtrain.model import build_model
+from restkv.microtrain.recipes import RECIPES, TASK_WEIGHTS, Recipe, scaled_stages
+from restkv.microtrain.tokenizer import tokenizer_corpus, train_tokenizer
 
 RECORDED = {
     "tokenizer": "b48a6a9b81bdee64f671837a1e7e68ecae2bed2efeb1d85ce2448c56e2e0c485",

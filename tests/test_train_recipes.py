@@ -16,16 +16,16 @@ import torch
 from tokenizers import Regex, pre_tokenizers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from eval.benchmarks import micro, ruler
-from eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
-from microtrain.batches import BatchSource, make_batch, weights_log
-from microtrain.config import MAX_LENGTH
-from microtrain.curriculum import State, begin_stage, stage_steps, task_weights
-from microtrain.examples import NEEDLE_PATTERN, TaskData, dense_keys_example
-from microtrain.model import sequence_loss
-from microtrain.recipes import MICRO_MIXTURE, RECIPES, TASK_WEIGHTS, Stage
-from microtrain.samples import RECALL_MAX_NEW_TOKENS, essay_window, make_sample, recall_sample, target_text
-from microtrain.tokenizer import pre_tokenizer_pattern
+from restkv.eval.benchmarks import micro, ruler
+from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
+from restkv.microtrain.batches import BatchSource, make_batch, weights_log
+from restkv.microtrain.config import MAX_LENGTH
+from restkv.microtrain.curriculum import State, begin_stage, stage_steps, task_weights
+from restkv.microtrain.examples import NEEDLE_PATTERN, TaskData, dense_keys_example
+from restkv.microtrain.model import sequence_loss
+from restkv.microtrain.recipes import MICRO_MIXTURE, RECIPES, TASK_WEIGHTS, Stage
+from restkv.microtrain.samples import RECALL_MAX_NEW_TOKENS, essay_window, make_sample, recall_sample, target_text
+from restkv.microtrain.tokenizer import pre_tokenizer_pattern
 
 FOLDER = Path(__file__).resolve().parents[1] / "models" / "micro-llama"
 
@@ -166,7 +166,7 @@ def test_bf16_autocast_gives_the_float32_loss_to_bfloat16_precision() -> None:
 
 def test_training_needs_none_of_longbenchs_metric_packages() -> None:
     """A bare GPU image has torch, transformers and tokenizers but not jieba or rouge-score."""
-    modules = "scripts.train_micro_model, microtrain.cli, microtrain.loop"
+    modules = "scripts.train_micro_model, restkv.microtrain.cli, restkv.microtrain.loop"
     code = f"import sys, {modules}; print(sorted({{'jieba', 'rouge_score'}} & set(sys.modules)))"
     repo = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=True)

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from eval.collect import load_runs, sample_scores
-from eval.uncertainty import bootstrap_interval, paired_difference
+from restkv.eval.report.collect import load_runs, sample_scores
+from restkv.eval.report.uncertainty import bootstrap_interval, paired_difference
 
 
 def test_the_interval_covers_the_mean_and_shrinks_with_samples():

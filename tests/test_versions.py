@@ -22,8 +22,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from transformers import DynamicCache
 
-from baselines import SnapKV
 from restkv import compress
+from restkv.baselines import SnapKV
 from restkv.cache import CACHE_KEYWORDS, CompressedLayer, support_cache_keyword
 from restkv.integrate import SUPPORTED_MODELS, SUPPORTED_TRANSFORMERS
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from baselines.h2o import accumulated_attention
 from restkv import compress
+from restkv.baselines.h2o import accumulated_attention
 from restkv.integrate import KVCompressor
 from restkv.registry import get_policy
 from restkv.scoring import SCORING_CHUNK, reconstruction_after

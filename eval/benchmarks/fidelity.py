@@ -1,4 +1,4 @@
-"""``bench=fidelity``: the samples of another benchmark (``source``), evaluated with `eval.evaluation.Fidelity`.
+"""``bench=fidelity``: the samples of another benchmark (``source``), evaluated with `restkv.eval.evaluation.Fidelity`.
 
 The strategy is chosen by ``configs/bench/fidelity.yaml`` (``evaluation: fidelity``); this class only
 forwards the source's samples and scorer, so ``evaluation=fidelity`` on the source bench itself gives
@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eval.benchmarks.base import Benchmark
-from eval.sample import Sample
+from restkv.eval.benchmarks.base import Benchmark
+from restkv.eval.benchmarks.sample import Sample
 
 
 @dataclass

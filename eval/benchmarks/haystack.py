@@ -1,6 +1,6 @@
 """Background text ("haystacks") for the long-context retrieval benchmarks.
 
-Two public-domain novels ship with the repository under ``eval/data/haystack/`` (provenance in
+Two public-domain novels ship with the repository under ``eval/benchmarks/data/haystack/`` (provenance in
 ``SOURCES.md`` there):
 
 * ``austen_emma`` — *Emma* (1815), the **evaluation** haystack and the default everywhere a
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-HAYSTACK_DIR = Path(__file__).resolve().parent.parent / "data" / "haystack"
+HAYSTACK_DIR = Path(__file__).resolve().parent / "data" / "haystack"
 
 EVAL_HAYSTACK = "austen_emma"
 TRAIN_HAYSTACK = "austen_pride_and_prejudice"

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.paths import local_path
+from restkv.eval.models.paths import local_path
 
 
 class DataFileError(ValueError):

@@ -4,7 +4,7 @@ Both load one JSON-lines file per task from a data folder, falling back to the H
 and fail with every missing file listed; both take the same knobs for a quick run (``samples``,
 ``max_new_tokens_cap``) and the same ``chat_template`` modes, including the ReST-KV authors'
 ``"[INST] {prompt} [/INST]"`` wrapper for Llama-2 models (described in
-:mod:`eval.benchmarks.longbench`). Each of these lives here once.
+:mod:`restkv.eval.benchmarks.longbench.benchmark`). Each of these lives here once.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from eval.benchmarks.jsonl import JsonlSource, open_jsonl
 from restkv.checks import check_choice
+from restkv.eval.benchmarks.jsonl import JsonlSource, open_jsonl
 
 __all__ = [
     "CHAT_TEMPLATE_MODES",
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 CHAT_TEMPLATE_MODES: tuple[str, ...] = ("authors", "official", "none", "chat")
-"""The ``chat_template`` knob's values (see :mod:`eval.benchmarks.longbench` for what each means)."""
+"""The ``chat_template`` knob's values (see :mod:`restkv.eval.benchmarks.longbench.benchmark` for what each means)."""
 
 HOW_TO_GET = "run `python scripts/download_data.py {dataset}` (or put the official jsonl files in bench.data_dir)"
 """What a missing-data message tells the user to do, for the download script's dataset name."""

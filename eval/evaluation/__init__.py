@@ -12,8 +12,8 @@ A new strategy is one class with ``evaluate`` and ``report`` (see `Evaluation`) 
 file in ``configs/evaluation/``.
 """
 
-from eval.evaluation.base import Compressor, Evaluation, Session
-from eval.evaluation.fidelity import Fidelity
-from eval.evaluation.generate import Generate
+from restkv.eval.evaluation.base import Compressor, Evaluation, Session
+from restkv.eval.evaluation.fidelity import Fidelity
+from restkv.eval.evaluation.generate import Generate
 
 __all__ = ["Compressor", "Evaluation", "Fidelity", "Generate", "Session"]

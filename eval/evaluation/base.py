@@ -6,9 +6,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from eval.benchmarks.base import Benchmark
-from eval.prompting import PromptTokens
-from eval.sample import Sample
+from restkv.eval.benchmarks.base import Benchmark
+from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.integrate import PrefillRecord
 
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from eval.benchmarks.base import Benchmark
-from eval.evaluation.base import Session
-from eval.generation import answer, teacher_forced_logprobs
-from eval.prompting import PromptTokens
-from eval.sample import Sample
+from restkv.eval.benchmarks.base import Benchmark
+from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.evaluation.base import Session
+from restkv.eval.evaluation.decoding import answer, teacher_forced_logprobs
+from restkv.eval.evaluation.prompting import PromptTokens
 
 REFERENCE_CACHE_BYTES = 1 << 30
 """Host memory the full-cache references of one model may take (oldest dropped first): each is

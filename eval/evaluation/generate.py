@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from eval.benchmarks.base import Benchmark
-from eval.evaluation.base import Session
-from eval.generation import answer
-from eval.prompting import PromptTokens
-from eval.sample import Sample
 from restkv.devices import model_devices
+from restkv.eval.benchmarks.base import Benchmark
+from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.evaluation.base import Session
+from restkv.eval.evaluation.decoding import answer
+from restkv.eval.evaluation.prompting import PromptTokens
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from eval.latency.timing import timed_calls
+from restkv.eval.latency.timing import timed_calls
 
 GB = 1e9
 

@@ -12,13 +12,13 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from eval.configs import CONFIGS
-from eval.latency import runner, scoring
-from eval.latency.modeling import cache_token_bytes
-from eval.latency.plots import plot
-from eval.latency.report import summarize, summarize_scoring, tables
-from eval.latency.settings import Settings, model_config
-from eval.models import check_backend_runs
+from restkv.eval.harness.config_tree import CONFIGS
+from restkv.eval.latency import model_mode, scoring_mode
+from restkv.eval.latency.modeling import cache_token_bytes
+from restkv.eval.latency.plots import plot
+from restkv.eval.latency.records import summarize, summarize_scoring, tables
+from restkv.eval.latency.settings import Settings, model_config
+from restkv.eval.models.spec import check_backend_runs
 
 # The primary config lives here so that ``configs/latency/`` holds presets only.
 ConfigStore.instance().store(
@@ -38,9 +38,9 @@ ConfigStore.instance().store(
 def measure(settings: Settings, command: str = "") -> dict[str, Any]:
     """The record of one run: `runner` for ``mode: model``, `scoring` for ``mode: scoring``."""
     if settings.mode == "scoring":
-        return summarize_scoring(settings, scoring.run(settings), command)
+        return summarize_scoring(settings, scoring_mode.run(settings), command)
     token_bytes = cache_token_bytes(model_config(settings), settings.torch_dtype)
-    return summarize(settings, runner.run(settings), token_bytes, command)
+    return summarize(settings, model_mode.run(settings), token_bytes, command)
 
 
 def run(settings: Settings, command: str = "") -> dict[str, Any]:
@@ -66,5 +66,5 @@ def main(cfg: DictConfig) -> None:
         "latency.attn_implementation",
         "latency.device=cuda",
     )
-    command = "python -m eval.latency " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "python -m restkv.eval.latency " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     run(settings, command)

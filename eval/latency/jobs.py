@@ -2,7 +2,7 @@
 
 A job is a plain dict (``kind`` ``prefill`` or ``decode``, ``context``, ``budget``, and ``policy``
 or ``cache``) so that it pickles into the fresh process that measures its peak memory
-(`isolated_peak`). `eval.latency.runner` decides which jobs run and in which order.
+(`isolated_peak`). `restkv.eval.latency.model_mode` decides which jobs run and in which order.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from eval.configs import configured_policy
-from eval.latency.headwise import HEADWISE
-from eval.latency.memory import measured
-from eval.latency.modeling import random_model, synthetic_base
-from eval.latency.settings import Settings, model_config
-from eval.latency.timing import FULL, compressor_for, decode_case, prefill, prompt_ids
+from restkv.eval.harness.config_tree import configured_policy
+from restkv.eval.latency.headwise import HEADWISE
+from restkv.eval.latency.memory import measured
+from restkv.eval.latency.modeling import random_model, synthetic_base
+from restkv.eval.latency.settings import Settings, model_config
+from restkv.eval.latency.timing import FULL, compressor_for, decode_case, prefill, prompt_ids
 
 Job = dict[str, Any]
 

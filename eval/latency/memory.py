@@ -7,7 +7,7 @@ each configuration in its own fresh process (forked from a server that has impor
 computed nothing), so no allocator cache from another configuration hides or inflates its peak.
 
 This module knows nothing of what is measured: callers hand it the work (a callable), so the
-dependencies point one way (`eval.latency.jobs` and `eval.latency.scoring` use it, not the reverse).
+dependencies point one way (`restkv.eval.latency.jobs` and `restkv.eval.latency.scoring_mode` use it, not the reverse).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from transformers import AutoModelForCausalLM, DynamicCache, PretrainedConfig, P
 from transformers.cache_utils import DynamicLayer
 from transformers.initialization import no_init_weights
 
-from eval.latency.headwise import HEADWISE, SPREAD, synthetic_headwise_layer
 from restkv.cache import CompressedLayer
+from restkv.eval.latency.headwise import HEADWISE, SPREAD, synthetic_headwise_layer
 from restkv.layouts import layer_size
 
 
@@ -107,7 +107,7 @@ def synthetic_cache(
     transformers `DynamicLayer` for the full cache and an unbuffered `CompressedLayer` after eviction,
     both growing by concatenation; ``preallocated``: a `CompressedLayer` with ``reserve`` free slots,
     what `restkv.KVCompressor` builds with ``decode_reserve``; ``varlen``/``masked``: the head-wise layouts
-    with the same total kept tokens per layer (`eval.latency.headwise`), with ``reserve``; ``spread``
+    with the same total kept tokens per layer (`restkv.eval.latency.headwise`), with ``reserve``; ``spread``
     sets how unevenly their heads share it (0: every head ``tokens``).
     """
     keys, values = base

@@ -108,7 +108,9 @@ def plot(record: dict[str, Any], stem: Path) -> list[Path]:
     return written
 
 
-if __name__ == "__main__":  # redraw from saved records: python -m eval.latency.plots results/efficiency/<preset>.json
+if (
+    __name__ == "__main__"
+):  # redraw from saved records: python -m restkv.eval.latency.plots results/efficiency/<preset>.json
     import json
     import sys
 

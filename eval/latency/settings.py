@@ -11,14 +11,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoConfig, PretrainedConfig
 
-from eval.configs import config_file
-from eval.paths import project_root
 from restkv.devices import DTYPES, pick_device, torch_dtype
+from restkv.eval.harness.config_tree import config_file
+from restkv.eval.models.paths import project_root
 from restkv.integrate import DECODE_KERNELS, SUPPORTED_ATTENTION
 
 CACHES = ("dynamic", "preallocated")
 DECODE_CACHES = (*CACHES, "varlen", "masked", "static")
-"""Decode cache kinds: the two uniform ones, the head-wise layouts (`eval.latency.headwise`), and a
+"""Decode cache kinds: the two uniform ones, the head-wise layouts (`restkv.eval.latency.headwise`), and a
 static-shape one whose step is captured once and replayed as a CUDA graph on GPUs (`restkv.static`)."""
 MASKED_CACHES = ("masked", "static")
 """Kinds read with a per-slot mask, which flash-attention does not take."""

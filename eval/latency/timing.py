@@ -1,6 +1,6 @@
 """One timed prefill, one timed decode, timed calls: the measurements every configuration repeats.
 
-Both run the model exactly as ``eval/generation.py`` does (explicit positions, logits for the
+Both run the model exactly as ``eval/evaluation/decoding.py`` does (explicit positions, logits for the
 last token only, `torch.no_grad`), under `restkv.KVCompressor`.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from baselines.full import FullCache
-from eval.latency.headwise import HEADWISE, attention_ms
-from eval.latency.modeling import cache_bytes, synthetic_cache
+from restkv.baselines.full_cache import FullCache
 from restkv.devices import model_devices, synchronize
+from restkv.eval.latency.headwise import HEADWISE, attention_ms
+from restkv.eval.latency.modeling import cache_bytes, synthetic_cache
 from restkv.integrate import KVCompressor
 from restkv.policy import Policy
 from restkv.static import to_static
@@ -207,7 +207,7 @@ def decode_case(
     ``budget`` None is the full cache. Returns the timed steps' seconds (``profiled``: the costliest
     operators of those steps instead), the cache's bytes before the first step, and with
     ``attention_calls`` the median milliseconds of layer 0's attention alone for one decode query
-    (`eval.latency.headwise.attention_ms`), else None. Decoding always runs under a compressor (one
+    (`restkv.eval.latency.headwise.attention_ms`), else None. Decoding always runs under a compressor (one
     that evicts nothing for synthetic caches), so ``decode_kernel`` applies to the full and the
     compressed cache alike, and head-wise layers are read by its attention function. ``static``
     moves the filled cache into static-shape layers and replays a captured step on CUDA

@@ -1,4 +1,4 @@
-"""The paper's accuracy artifacts, each drawn from the tidy run table (:mod:`eval.report.table`).
+"""The paper's accuracy artifacts, each drawn from the tidy run table (:mod:`restkv.eval.report.table`).
 
 Every function takes the :class:`Report` and returns the files it wrote (none when no runs fit).
 Curves and heatmaps are drawn per (bench, model, variant), the variant being the hash of a run's other
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from eval.report import paper
-from eval.report.figures import (
+from restkv.eval.report import paper
+from restkv.eval.report.figures import (
     PAPER_STYLE,
     curve,
     heatmap_row,
@@ -26,8 +26,8 @@ from eval.report.figures import (
     table_figure,
     title,
 )
-from eval.report.table import ALL, AVERAGE, interval
-from eval.uncertainty import paired_difference
+from restkv.eval.report.table import ALL, AVERAGE, interval
+from restkv.eval.report.uncertainty import paired_difference
 
 ABLATION_POLICIES = ("random", "snapkv", "restkv")
 """With ``ablation/*``: the rows of the indicator / temporal / spatial ablation (experiment=ablation_llama3)."""

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from eval.collect import load_runs
-from eval.report import accuracy, efficiency
-from eval.report.accuracy import Report
-from eval.report.table import run_table, sample_frame, to_markdown
+from restkv.eval.report import accuracy, efficiency
+from restkv.eval.report.accuracy import Report
+from restkv.eval.report.collect import load_runs
+from restkv.eval.report.table import run_table, sample_frame, to_markdown
 
 MICRO = "bash scripts/paper_micro.sh"
 
@@ -76,7 +76,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
         Needs("micro", "micro-llama", "python eval/run.py experiment=paper_micro/quant"),
     )),
     Artifact("efficiency", "latency and memory against context, next to the paper's ratios", efficiency.efficiency, (
-        Needs("latency", "", "python -m eval.latency latency=gpu-h200-paper (CPU: latency=tiny)"),
+        Needs("latency", "", "python -m restkv.eval.latency latency=gpu-h200-paper (CPU: latency=tiny)"),
     )),
 )  # fmt: skip
 NAMES = tuple(a.name for a in ARTIFACTS)

@@ -1,4 +1,4 @@
-"""Latency and memory against context, from the latency benchmark's records (``python -m eval.latency``).
+"""Latency and memory against context, from the latency benchmark's records (``python -m restkv.eval.latency``).
 
 Each record (``<out_dir>/<preset>.json``) is drawn as the benchmark draws it, in PNG and PDF, plus one
 figure that puts the record's ratios to the full cache next to the paper's (Figure 6, Mistral-7B on a
@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval.report import paper
-from eval.report.figures import PAPER_STYLE, legend, pyplot, save, title
+from restkv.eval.report import paper
+from restkv.eval.report.figures import PAPER_STYLE, legend, pyplot, save, title
 
 RECORD_KEYS = ("settings", "machine", "model")
 
@@ -84,7 +84,7 @@ def _panel(ax: Any, ours: dict[str, tuple[list[float], list[float]]], reported: 
 
 def efficiency(report: Any) -> list[Path]:
     """Each latency record's own figures (PNG and PDF), and its ratios to the full cache next to the paper's."""
-    from eval.latency.plots import plot
+    from restkv.eval.latency.plots import plot
 
     written: list[Path] = []
     for path, record in latency_records(report.root):

@@ -67,7 +67,7 @@ def interval_text(row: Any) -> str:
 
 def table_figure(grid: pd.DataFrame, heading: str, out: Path, name: str, note: str = "") -> list[Path]:
     """``grid`` (strings; index as row labels) rendered as a figure table, plus its markdown and CSV."""
-    from eval.report.table import to_markdown
+    from restkv.eval.report.table import to_markdown
 
     plt = pyplot()
     rows, cols = grid.shape

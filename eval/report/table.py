@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from eval.collect import RunResult, load_runs
-from eval.results import PREDICTIONS
-from eval.uncertainty import LEVEL, RESAMPLES
+from restkv.eval.harness.run_folder import PREDICTIONS
+from restkv.eval.report.collect import RunResult, load_runs
+from restkv.eval.report.uncertainty import LEVEL, RESAMPLES
 
 RUN_COLUMNS = [
     "model", "bench", "policy", "budget", "allocation", "quantization", "knobs", "protocol", "variant", "folder",
@@ -71,7 +71,7 @@ def _length_of(record: dict[str, Any], bench: str) -> str:
     if "context_length" in meta:
         return str(meta["context_length"])
     if bench == "longbench_e" and "length" in meta:
-        from eval.benchmarks.longbench_metrics import length_bucket
+        from restkv.eval.benchmarks.longbench.metrics import length_bucket
 
         return length_bucket(int(meta["length"]))
     return ALL

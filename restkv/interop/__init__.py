@@ -2,7 +2,7 @@
 
 - `restkv.interop.kvpress_press.ReSTKVPress`: ReST-KV (or any of our policies that score tokens)
   as a kvpress press, for kvpress's pipeline and evaluation (``from restkv.interop import ReSTKVPress``);
-- ``baselines.kvpress.KVPressPolicy`` (``policy=kvpress``): kvpress's scoring presses as our policies;
+- ``restkv.interop.kvpress_policy.KVPressPolicy`` (``policy=kvpress``): kvpress's scoring presses as our policies;
 - `restkv.interop.layer_calls`: each attention layer's prefill call (module, inputs, attention
   weights), which kvpress's scores need and our `LayerInputs` does not carry.
 

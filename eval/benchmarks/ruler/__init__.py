@@ -40,14 +40,14 @@ Deliberate differences from the official generator (``fit=official``, ``words=wo
   when given (``bench.english_words``), else the bundled ``english_words.txt``.
 * Where nothing fits, a clear error (RULER loops forever).
 * The essay haystack is Paul Graham's essays in RULER; here whatever
-  :func:`eval.benchmarks.haystack.load_haystack` returns for ``bench.haystack`` (the bundled novel by
+  :func:`restkv.eval.benchmarks.haystack.load_haystack` returns for ``bench.haystack`` (the bundled novel by
   default), recorded in ``meta["haystack"]``.
 """
 
-from eval.benchmarks.ruler.benchmark import RulerBenchmark, average_per_length, check_grid
-from eval.benchmarks.ruler.common_words import CommonWords, cwe_builder
-from eval.benchmarks.ruler.files import Found, TaskFile, find_files, read_samples
-from eval.benchmarks.ruler.fitting import (
+from restkv.eval.benchmarks.ruler.benchmark import RulerBenchmark, average_per_length, check_grid
+from restkv.eval.benchmarks.ruler.common_words import CommonWords, cwe_builder
+from restkv.eval.benchmarks.ruler.files import Found, TaskFile, find_files, read_samples
+from restkv.eval.benchmarks.ruler.fitting import (
     Build,
     Count,
     Draft,
@@ -59,9 +59,9 @@ from eval.benchmarks.ruler.fitting import (
     search_size,
     step_down,
 )
-from eval.benchmarks.ruler.freq_words import FreqWords, fwe_builder
-from eval.benchmarks.ruler.generator import generate, official_start
-from eval.benchmarks.ruler.haystacks import (
+from restkv.eval.benchmarks.ruler.freq_words import FreqWords, fwe_builder
+from restkv.eval.benchmarks.ruler.generator import generate, official_start
+from restkv.eval.benchmarks.ruler.haystacks import (
     DEPTHS,
     SENTENCE_SPLITTERS,
     Essay,
@@ -71,12 +71,19 @@ from eval.benchmarks.ruler.haystacks import (
     parse_essay,
     resolve_splitter,
 )
-from eval.benchmarks.ruler.niah import Niah, niah_builder
-from eval.benchmarks.ruler.plan import FITS, Job, Plan, RulerData
-from eval.benchmarks.ruler.qa import QA, qa_builder
-from eval.benchmarks.ruler.qa_data import QAData, Question, load_qa
-from eval.benchmarks.ruler.tasks import OFFLINE_TASKS, TASK_CONFIGS, TASKS, TaskConfig, max_new_tokens, task_config
-from eval.benchmarks.ruler.templates import (
+from restkv.eval.benchmarks.ruler.niah import Niah, niah_builder
+from restkv.eval.benchmarks.ruler.plan import FITS, Job, Plan, RulerData
+from restkv.eval.benchmarks.ruler.qa import QA, qa_builder
+from restkv.eval.benchmarks.ruler.qa_data import QAData, Question, load_qa
+from restkv.eval.benchmarks.ruler.tasks import (
+    OFFLINE_TASKS,
+    TASK_CONFIGS,
+    TASKS,
+    TaskConfig,
+    max_new_tokens,
+    task_config,
+)
+from restkv.eval.benchmarks.ruler.templates import (
     DOCUMENT_TEMPLATE,
     FAMILIES,
     NEEDLE_TEMPLATE,
@@ -85,8 +92,8 @@ from eval.benchmarks.ruler.templates import (
     split_prompt,
     split_template,
 )
-from eval.benchmarks.ruler.variable_tracking import VariableTracking, vt_builder, vt_example
-from eval.benchmarks.ruler.words import (
+from restkv.eval.benchmarks.ruler.variable_tracking import VariableTracking, vt_builder, vt_example
+from restkv.eval.benchmarks.ruler.words import (
     VOCABULARIES,
     Vocabulary,
     english_words,

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.benchmarks.ruler.fitting import Build, Draft
-from eval.benchmarks.ruler.plan import Job, Plan
-from eval.benchmarks.ruler.templates import FAMILIES, split_template
-from eval.benchmarks.ruler.words import english_words, prefix_sample
+from restkv.eval.benchmarks.ruler.fitting import Build, Draft
+from restkv.eval.benchmarks.ruler.plan import Job, Plan
+from restkv.eval.benchmarks.ruler.templates import FAMILIES, split_template
+from restkv.eval.benchmarks.ruler.words import english_words, prefix_sample
 
 
 @dataclass(frozen=True)

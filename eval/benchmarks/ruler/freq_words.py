@@ -9,9 +9,9 @@ import random
 import string
 from dataclasses import dataclass
 
-from eval.benchmarks.ruler.fitting import Build, Draft
-from eval.benchmarks.ruler.plan import Job, Plan
-from eval.benchmarks.ruler.templates import FAMILIES, split_template
+from restkv.eval.benchmarks.ruler.fitting import Build, Draft
+from restkv.eval.benchmarks.ruler.plan import Job, Plan
+from restkv.eval.benchmarks.ruler.templates import FAMILIES, split_template
 
 
 @dataclass(frozen=True)

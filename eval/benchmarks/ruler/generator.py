@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from eval.benchmarks.ruler.fitting import (
+from restkv.eval.benchmarks.ruler.fitting import (
     Build,
     Fit,
     TokenCounter,
@@ -23,12 +23,12 @@ from eval.benchmarks.ruler.fitting import (
     search_size,
     step_down,
 )
-from eval.benchmarks.ruler.haystacks import resolve_splitter
-from eval.benchmarks.ruler.plan import FITS, Job, Plan, RulerData
-from eval.benchmarks.ruler.tasks import task_config
-from eval.benchmarks.ruler.templates import FAMILIES
-from eval.benchmarks.ruler.words import VOCABULARIES, vocabulary
-from eval.sample import Sample
+from restkv.eval.benchmarks.ruler.haystacks import resolve_splitter
+from restkv.eval.benchmarks.ruler.plan import FITS, Job, Plan, RulerData
+from restkv.eval.benchmarks.ruler.tasks import task_config
+from restkv.eval.benchmarks.ruler.templates import FAMILIES
+from restkv.eval.benchmarks.ruler.words import VOCABULARIES, vocabulary
+from restkv.eval.benchmarks.sample import Sample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -9,11 +9,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from eval.benchmarks.ruler.fitting import Build, Draft
-from eval.benchmarks.ruler.plan import Job, Plan
-from eval.benchmarks.ruler.qa_data import QAData, load_qa
-from eval.benchmarks.ruler.templates import DOCUMENT_TEMPLATE, FAMILIES, split_template
-from eval.benchmarks.ruler.words import prefix_sample
+from restkv.eval.benchmarks.ruler.fitting import Build, Draft
+from restkv.eval.benchmarks.ruler.plan import Job, Plan
+from restkv.eval.benchmarks.ruler.qa_data import QAData, load_qa
+from restkv.eval.benchmarks.ruler.templates import DOCUMENT_TEMPLATE, FAMILIES, split_template
+from restkv.eval.benchmarks.ruler.words import prefix_sample
 
 
 @dataclass(frozen=True)

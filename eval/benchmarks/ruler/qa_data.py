@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.benchmarks.ruler.plan import RulerData
-from eval.hub import hub_reachable
-from eval.paths import project_root
+from restkv.eval.benchmarks.ruler.plan import RulerData
+from restkv.eval.models.hub import hub_reachable
+from restkv.eval.models.paths import project_root
 
 DEFAULT_SQUAD_PATH = Path("data/ruler/squad.json")
 DEFAULT_HOTPOTQA_PATH = Path("data/ruler/hotpotqa.json")

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from eval.benchmarks.ruler.common_words import CommonWords
-from eval.benchmarks.ruler.freq_words import FreqWords
-from eval.benchmarks.ruler.niah import Niah
-from eval.benchmarks.ruler.qa import QA
-from eval.benchmarks.ruler.templates import FAMILIES
-from eval.benchmarks.ruler.variable_tracking import VariableTracking
+from restkv.eval.benchmarks.ruler.common_words import CommonWords
+from restkv.eval.benchmarks.ruler.freq_words import FreqWords
+from restkv.eval.benchmarks.ruler.niah import Niah
+from restkv.eval.benchmarks.ruler.qa import QA
+from restkv.eval.benchmarks.ruler.templates import FAMILIES
+from restkv.eval.benchmarks.ruler.variable_tracking import VariableTracking
 
 TaskConfig = Niah | VariableTracking | CommonWords | FreqWords | QA
 

@@ -11,9 +11,9 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from eval.benchmarks.ruler.fitting import Build, Count, Draft, TooShort, fit_prompt, search_size, step_down
-from eval.benchmarks.ruler.plan import Job, Plan
-from eval.benchmarks.ruler.templates import FAMILIES, NOISE_SENTENCE, split_template
+from restkv.eval.benchmarks.ruler.fitting import Build, Count, Draft, TooShort, fit_prompt, search_size, step_down
+from restkv.eval.benchmarks.ruler.plan import Job, Plan
+from restkv.eval.benchmarks.ruler.templates import FAMILIES, NOISE_SENTENCE, split_template
 
 
 @dataclass(frozen=True)

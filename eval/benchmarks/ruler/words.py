@@ -2,7 +2,7 @@
 
 Two vocabularies. ``wonderwords`` is the official generator's source: the adjective, noun and verb
 lists shipped with the ``wonderwords`` package (keys ``adjective-noun``, the common-words pool the
-union of the three lists). ``bundled`` is the project's own smaller lists in ``eval/data/words``: what
+union of the three lists). ``bundled`` is the project's own smaller lists in ``eval/benchmarks/data/words``: what
 the micro model was trained on and what the generator used before it followed the official source.
 For common-words prompts that need more distinct words than a pool holds, the official generator reads
 RULER's ``english_words.json``; here that file when given, else the bundled ``english_words.txt``.
@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-WORDS_DIR = Path(__file__).resolve().parent.parent.parent / "data" / "words"
+WORDS_DIR = Path(__file__).resolve().parent.parent / "data" / "words"
 VOCABULARIES = ("wonderwords", "bundled")
 NEEDLE_KINDS = ("numbers", "words", "uuids")
 

@@ -1,0 +1,492 @@
+"""LongBench v1 (Bai et al., 2023) and LongBench-E, from the official data files.
+
+Tasks, prompts, generation lengths and metrics
+    The per-task prompt templates and maximum new tokens are those of the official
+    ``LongBench/config/dataset2prompt.json`` and ``dataset2maxlen.json`` (THUDM/LongBench),
+    reproduced character for character, typos included ("asconcisely"). The ReST-KV authors'
+    ``run_longbench.py`` carries identical copies of both tables. The metric per task is the one
+    of the official ``eval.py`` (``dataset2metric``), computed by :mod:`restkv.eval.benchmarks.longbench.metrics`; the
+    official first-line clean-up of trec/triviaqa/samsum/lsht predictions is applied before
+    scoring. A task's score is the mean over its samples of the best score over its references
+    (x100); the headline number is the unweighted mean of the 16 English task scores.
+
+Context / question split
+    The official prompt is ``template.format(**record)``. The template is cut at ``{context}``:
+    ``Sample.context`` is the template head plus the record's context (the part compressed alone
+    by the ``query_agnostic`` protocol and cut from the middle when too long); ``Sample.question``
+    is the rest of the template with ``{input}`` filled in. ``context + question`` is exactly the
+    official prompt; ``answer_prefix`` is empty (the templates end with their own cue, such as
+    ``"Answer:"``).
+
+Chat template (``chat_template`` knob)
+    * ``authors`` (default): what the ReST-KV authors ran, hence what reproduces the paper's
+      tables. Their ``run_longbench.py`` applies no chat template to any model; it only wraps
+      the whole prompt as ``"[INST] {prompt} [/INST]"`` when the model path contains "llama2".
+      Here the wrapper is applied when the tokenizer's name or path contains "llama2" or
+      "llama-2" (the hub id ``meta-llama/Llama-2-7b-chat-hf`` contains only the latter; the
+      authors' ``model2maxlen`` table lists both spellings). Llama-3, Mistral and Qwen get the
+      raw prompt.
+    * ``official``: official LongBench: the model's chat template for every task except the
+      few-shot and code tasks (trec, triviaqa, samsum, lsht, lcc, repobench-p), which get the raw
+      prompt ("chat models are better off without build prompts on these tasks", ``pred.py``).
+      The official script uses hand-written per-model wrappers; here the tokenizer's own chat
+      template is used.
+    * ``none``: the raw prompt everywhere. ``chat``: the chat template everywhere.
+
+    The chat template itself is applied by :mod:`restkv.eval.evaluation.prompting` when the model config has
+    ``chat_template: true``; this module only sets ``Sample.chat_template`` per sample.
+
+    Official ``pred.py`` also stops samsum generation at the first newline token; the authors do
+    not, and neither does this harness (the first-line clean-up makes the score the same unless the
+    answer starts with a newline).
+
+Truncation (done by :mod:`restkv.eval.evaluation.prompting`)
+    As official LongBench and the authors do, a prompt of more than ``model.max_context`` tokens
+    keeps its first and last ``max_context // 2`` tokens, with no room reserved for the answer
+    (official LongBench cuts before adding its chat wrapper, the authors after their ``[INST]``
+    wrapper; here the cut is made on the final prompt, chat template included). The cut is made
+    on token ids (the authors decode the halves and tokenize again).
+
+Data
+    One JSON-lines file per task, named as in the official ``data.zip`` (``<task>.jsonl``;
+    LongBench-E: ``<task>_e.jsonl``), read from ``data_dir`` (default ``data/LongBench``, fetched by
+    ``python scripts/download_data.py longbench longbench_e``). When a file is missing and
+    ``hub`` is true and the Hugging Face hub answers, the official ``data.zip`` of
+    ``THUDM/LongBench`` is downloaded with ``huggingface_hub`` and the file read from it
+    (``datasets`` >= 4 no longer runs the repository's loading script, so the archive is read
+    directly). Each line must have the official fields; the ones used are checked:
+    ``input`` (str), ``context`` (str), ``answers`` (list of str), ``length`` (int),
+    ``all_classes`` (list of str or null; a list for trec/lsht) and ``_id`` (str); ``dataset``
+    and ``language`` are kept in the sample metadata when present.
+
+LongBench-E (``longbench_e: true``)
+    The 13 tasks with a more uniform length distribution; scored like LongBench, and
+    ``metrics.json`` also gets each task's score in the official length buckets of the ``length``
+    field (0-4k: < 4000, 4-8k: < 8000, 8k+), and the average over tasks per bucket.
+
+Bad input raises before anything is generated, so a run folder's finished predictions are never
+touched: a malformed line or a missing/mistyped field raises
+:class:`~restkv.eval.benchmarks.jsonl.DataFileError` with ``file:line`` and the task; an unknown task
+raises ``ValueError`` listing the valid ones; missing files raise ``FileNotFoundError`` listing
+every missing file and how to get them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from restkv.eval.benchmarks.base import Sample
+from restkv.eval.benchmarks.jsonl import (
+    DataFileError,
+    Field,
+    JsonlSource,
+    all_items,
+    iter_lines,
+    resolve_path,
+    task_records,
+)
+from restkv.eval.benchmarks.longbench.metrics import bucket_scores, format_buckets, length_bucket, longbench_postprocess
+from restkv.eval.benchmarks.metrics import score as score_metric
+from restkv.eval.benchmarks.official import cap_new_tokens, check_loader_knobs, is_llama2, load_task_files, wrap_llama2
+from restkv.eval.models.hub import download_dataset_file
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+HUB_REPO = "THUDM/LongBench"
+HUB_ARCHIVE = "data.zip"
+DEFAULT_DATA_DIR = "data/LongBench"
+
+TASKS_EN: tuple[str, ...] = (
+    "narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique",
+    "gov_report", "qmsum", "multi_news", "trec", "triviaqa", "samsum",
+    "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
+)  # fmt: skip
+"""The 16 English (and code) tasks the paper averages, in the authors' order."""
+
+TASKS_ZH: tuple[str, ...] = ("multifieldqa_zh", "dureader", "vcsum", "lsht", "passage_retrieval_zh")
+"""The Chinese tasks (optional)."""
+
+TASKS: tuple[str, ...] = TASKS_EN + TASKS_ZH
+
+TASKS_E: tuple[str, ...] = (
+    "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news",
+    "trec", "triviaqa", "samsum", "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
+)  # fmt: skip
+"""LongBench-E's 13 tasks (official ``pred.py --e``)."""
+
+NO_CHAT_TASKS: frozenset[str] = frozenset({"trec", "triviaqa", "samsum", "lsht", "lcc", "repobench-p"})
+"""Tasks official LongBench runs without a chat template, even on chat models."""
+
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "single_doc_qa": ("narrativeqa", "qasper", "multifieldqa_en", "multifieldqa_zh"),
+    "multi_doc_qa": ("hotpotqa", "2wikimqa", "musique", "dureader"),
+    "summarization": ("gov_report", "qmsum", "multi_news", "vcsum"),
+    "few_shot": ("trec", "triviaqa", "samsum", "lsht"),
+    "synthetic": ("passage_count", "passage_retrieval_en", "passage_retrieval_zh"),
+    "code": ("lcc", "repobench-p"),
+}
+"""LongBench's task categories (README leaderboard columns)."""
+
+_TASK_ALIASES = {"en": TASKS_EN, "zh": TASKS_ZH, "all": TASKS}
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One LongBench task: official prompt template, generation length and metric."""
+
+    prompt: str
+    max_new_tokens: int
+    metric: str
+
+
+_MULTI_DOC_QA_PROMPT = (
+    "Answer the question based on the given passages. Only give me the answer and do not output any other "
+    "words.\n\nThe following are given passages.\n{context}\n\n"
+    "Answer the question based on the given passages. Only give me the answer and do not output any other "
+    "words.\n\nQuestion: {input}\nAnswer:"
+)
+"""The one prompt official LongBench gives its three multi-document QA tasks (hotpotqa, 2wikimqa, musique)."""
+
+# Official LongBench/config/dataset2prompt.json and dataset2maxlen.json; metrics from eval.py.
+TASK_SPECS: dict[str, TaskSpec] = {
+    "narrativeqa": TaskSpec(
+        "You are given a story, which can be either a novel or a movie script, and a question. Answer the question "
+        "asconcisely as you can, using a single phrase if possible. Do not provide any explanation.\n\n"
+        "Story: {context}\n\n"
+        "Now, answer the question based on the story asconcisely as you can, using a single phrase if possible. "
+        "Do not provide any explanation.\n\nQuestion: {input}\n\nAnswer:",
+        128,
+        "qa_f1",
+    ),
+    "qasper": TaskSpec(
+        "You are given a scientific article and a question. Answer the question as concisely as you can, using a "
+        "single phrase or sentence if possible. If the question cannot be answered based on the information in the "
+        'article, write "unanswerable". If the question is a yes/no question, answer "yes", "no", or '
+        '"unanswerable". Do not provide any explanation.\n\nArticle: {context}\n\n '
+        "Answer the question based on the above article as concisely as you can, using a single phrase or sentence "
+        "if possible. If the question cannot be answered based on the information in the article, write "
+        '"unanswerable". If the question is a yes/no question, answer "yes", "no", or "unanswerable". Do not '
+        "provide any explanation.\n\nQuestion: {input}\n\nAnswer:",
+        128,
+        "qa_f1",
+    ),
+    "multifieldqa_en": TaskSpec(
+        "Read the following text and answer briefly.\n\n{context}\n\n"
+        "Now, answer the following question based on the above text, only give me the answer and do not output "
+        "any other words.\n\nQuestion: {input}\nAnswer:",
+        64,
+        "qa_f1",
+    ),
+    "multifieldqa_zh": TaskSpec(
+        "阅读以下文字并用中文简短回答：\n\n{context}\n\n"
+        "现在请基于上面的文章回答下面的问题，只告诉我答案，不要输出任何其他字词。\n\n问题：{input}\n回答：",
+        64,
+        "qa_f1_zh",
+    ),
+    "hotpotqa": TaskSpec(_MULTI_DOC_QA_PROMPT, 32, "qa_f1"),
+    "2wikimqa": TaskSpec(_MULTI_DOC_QA_PROMPT, 32, "qa_f1"),
+    "musique": TaskSpec(_MULTI_DOC_QA_PROMPT, 32, "qa_f1"),
+    "dureader": TaskSpec(
+        "请基于给定的文章回答下述问题。\n\n文章：{context}\n\n请基于上述文章回答下面的问题。\n\n问题：{input}\n回答：",
+        128,
+        "rouge_zh",
+    ),
+    "gov_report": TaskSpec(
+        "You are given a report by a government agency. Write a one-page summary of the report.\n\n"
+        "Report:\n{context}\n\nNow, write a one-page summary of the report.\n\nSummary:",
+        512,
+        "rouge",
+    ),
+    "qmsum": TaskSpec(
+        "You are given a meeting transcript and a query containing a question or instruction. Answer the query in "
+        "one or more sentences.\n\nTranscript:\n{context}\n\n"
+        "Now, answer the query based on the above meeting transcript in one or more sentences.\n\n"
+        "Query: {input}\nAnswer:",
+        512,
+        "rouge",
+    ),
+    "multi_news": TaskSpec(
+        "You are given several news passages. Write a one-page summary of all news. \n\n"
+        "News:\n{context}\n\nNow, write a one-page summary of all the news.\n\nSummary:",
+        512,
+        "rouge",
+    ),
+    "vcsum": TaskSpec(
+        "下面有一段会议记录，请你阅读后，写一段总结，总结会议的内容。\n会议记录：\n{context}\n\n会议总结：",
+        512,
+        "rouge_zh",
+    ),
+    "trec": TaskSpec(
+        "Please determine the type of the question below. Here are some examples of questions.\n\n{context}\n{input}",
+        64,
+        "classification",
+    ),
+    "triviaqa": TaskSpec(
+        "Answer the question based on the given passage. Only give me the answer and do not output any other "
+        "words. The following are some examples.\n\n{context}\n\n{input}",
+        32,
+        "qa_f1",
+    ),
+    "samsum": TaskSpec(
+        "Summarize the dialogue into a few short sentences. The following are some examples.\n\n{context}\n\n{input}",
+        128,
+        "rouge",
+    ),
+    "lsht": TaskSpec(
+        "请判断给定新闻的类别，下面是一些例子。\n\n{context}\n{input}",
+        64,
+        "classification",
+    ),
+    "passage_count": TaskSpec(
+        "There are some paragraphs below sourced from Wikipedia. Some of them may be duplicates. Please carefully "
+        "read these paragraphs and determine how many unique paragraphs there are after removing duplicates. In "
+        "other words, how many non-repeating paragraphs are there in total?\n\n{context}\n\n"
+        "Please enter the final count of unique paragraphs after removing duplicates. The output format should "
+        "only contain the number, such as 1, 2, 3, and so on.\n\nThe final answer is: ",
+        32,
+        "count",
+    ),
+    "passage_retrieval_en": TaskSpec(
+        "Here are 30 paragraphs from Wikipedia, along with an abstract. Please determine which paragraph the "
+        "abstract is from.\n\n{context}\n\nThe following is an abstract.\n\n{input}\n\n"
+        "Please enter the number of the paragraph that the abstract is from. The answer format must be like "
+        '"Paragraph 1", "Paragraph 2", etc.\n\nThe answer is: ',
+        32,
+        "retrieval",
+    ),
+    "passage_retrieval_zh": TaskSpec(
+        "以下是若干段落文字，以及其中一个段落的摘要。请确定给定的摘要出自哪一段。\n\n{context}\n\n"
+        '下面是一个摘要\n\n{input}\n\n请输入摘要所属段落的编号。答案格式必须是"段落1"，"段落2"等格式\n\n答案是：',
+        32,
+        "retrieval_zh",
+    ),
+    "lcc": TaskSpec("Please complete the code given below. \n{context}Next line of code:\n", 64, "code_sim"),
+    "repobench-p": TaskSpec(
+        "Please complete the code given below. \n{context}{input}Next line of code:\n", 64, "code_sim"
+    ),
+}
+
+_FIELDS: dict[str, Field] = {
+    "input": Field((str,), "a string"),
+    "context": Field((str,), "a string"),
+    "answers": Field((list,), "a list of strings"),
+    "length": Field((int,), "an integer (words, or characters for Chinese)"),
+    "all_classes": Field((list, type(None)), "a list of class names or null"),
+    "_id": Field((str,), "a string"),
+    "dataset": Field((str,), "a string", required=False),
+    "language": Field((str,), "a string", required=False),
+}
+
+
+def split_prompt(task: str, record: dict[str, Any]) -> tuple[str, str]:
+    """The official prompt of ``record`` cut after its context: ``(head + context, rest)``."""
+    head, tail = TASK_SPECS[task].prompt.split("{context}")
+    return head.format(**record) + record["context"], tail.format(**record)
+
+
+def expand_tasks(tasks: list[str] | tuple[str, ...], longbench_e: bool = False) -> list[str]:
+    """Task names with the aliases ``en``/``zh``/``all`` expanded; raises ``ValueError`` for unknown ones."""
+    valid = TASKS_E if longbench_e else TASKS
+    label = "LongBench-E" if longbench_e else "LongBench"
+    out: list[str] = []
+    for name in tasks:
+        if not longbench_e and name in _TASK_ALIASES:
+            out.extend(_TASK_ALIASES[name])
+        elif longbench_e and name in ("en", "all"):
+            out.extend(TASKS_E)
+        elif name in valid:
+            out.append(name)
+        else:
+            aliases = "en, all" if longbench_e else "en, zh, all"
+            raise ValueError(f"unknown {label} task {name!r}; valid tasks: {', '.join(valid)} (aliases: {aliases})")
+    return list(dict.fromkeys(out))
+
+
+def _references(record: dict[str, Any], task: str, at: str) -> list[str]:
+    """The record's ``answers``, checked to be a non-empty list of strings (``at``: ``file:line``)."""
+    answers = record["answers"]
+    if not answers or not all_items(answers, (str,)):
+        raise DataFileError(f"{at}: LongBench task {task!r}: field 'answers' must be a non-empty list of strings")
+    return list(answers)
+
+
+def _all_classes(record: dict[str, Any], task: str, at: str) -> list[str] | None:
+    """The record's ``all_classes``, checked (a list of strings, required by the classification metric)."""
+    classes = record["all_classes"]
+    if classes is not None and not all_items(classes, (str,)):
+        raise DataFileError(f"{at}: LongBench task {task!r}: field 'all_classes' must list strings")
+    if TASK_SPECS[task].metric == "classification" and not classes:
+        raise DataFileError(
+            f"{at}: LongBench task {task!r}: field 'all_classes' must list the classes "
+            "(the classification metric needs them)"
+        )
+    return classes
+
+
+@dataclass
+class LongBenchBenchmark:
+    """LongBench (``longbench_e: false``) or LongBench-E tasks from the official jsonl files.
+
+    ``tasks``: task names, or the aliases ``en`` (16 English tasks, the default), ``zh`` (5
+    Chinese tasks), ``all``. ``samples``: at most this many samples per task (the first ones, as
+    the authors' ``--max_num_examples``); ``None`` runs all. ``max_new_tokens_cap``: lowers every
+    task's generation length to at most this (quick CPU checks only; ``None`` keeps the official
+    lengths). See the module docstring for ``chat_template`` and the data sources.
+    """
+
+    tasks: list[str] = field(default_factory=lambda: ["en"])
+    longbench_e: bool = False
+    data_dir: str = DEFAULT_DATA_DIR
+    hub: bool = True
+    chat_template: str = "authors"
+    samples: int | None = None
+    max_new_tokens_cap: int | None = None
+    name: str = "longbench"
+
+    def __post_init__(self) -> None:
+        self.tasks = expand_tasks(self.tasks, self.longbench_e)
+        check_loader_knobs("LongBench", self.tasks, self.chat_template, self.samples, self.max_new_tokens_cap)
+
+    @property
+    def variant(self) -> str:
+        return "longbench_e" if self.longbench_e else "longbench"
+
+    def file_name(self, task: str) -> str:
+        return f"{task}_e.jsonl" if self.longbench_e else f"{task}.jsonl"
+
+    # ---------------------------------------------------------------- loading
+
+    def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
+        wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)
+        archive = _Archive() if self.hub else None
+        try:
+            return load_task_files(
+                self.tasks,
+                resolve_path(self.data_dir),
+                self.file_name,
+                lambda task, source: self._task_samples(task, source, wrap_inst),
+                fallback=archive,
+                benchmark="LongBench-E" if self.longbench_e else "LongBench",
+                dataset=self.variant,
+            )
+        finally:
+            if archive is not None:
+                archive.close()
+
+    def _task_samples(self, task: str, source: JsonlSource, wrap_inst: bool) -> list[Sample]:
+        """The first ``samples`` records of one task's file as samples."""
+        records = task_records(source, _FIELDS, benchmark="LongBench", task=task, id_field="_id", limit=self.samples)
+        return [self._sample(task, record, f"{source.where}:{line}", wrap_inst) for line, record in records]
+
+    def _sample(self, task: str, record: dict[str, Any], at: str, wrap_inst: bool) -> Sample:
+        """One record (found at ``at``, ``file:line``) as the sample of the official prompt."""
+        spec = TASK_SPECS[task]
+        references = _references(record, task, at)
+        classes = _all_classes(record, task, at)
+        context, question = split_prompt(task, record)
+        if wrap_inst:
+            context, question = wrap_llama2(context, question)
+        mode = self.chat_template
+        return Sample(
+            id=f"{self.variant}/{task}/{record['_id']}",
+            task=task,
+            context=context,
+            question=question,
+            references=references,
+            max_new_tokens=cap_new_tokens(spec.max_new_tokens, self.max_new_tokens_cap),
+            metric=spec.metric,
+            chat_template=mode == "chat" or (mode == "official" and task not in NO_CHAT_TASKS),
+            meta=self._meta(record, classes, at),
+        )
+
+    def _meta(self, record: dict[str, Any], classes: list[str] | None, at: str) -> dict[str, Any]:
+        """A sample's metadata: variant, ``length`` (and its LongBench-E bucket), classes, mode and source."""
+        meta: dict[str, Any] = {
+            "benchmark": self.variant,
+            "length": record["length"],
+            "all_classes": classes,
+            "chat_template": self.chat_template,
+            "source": at,
+        }
+        for key in ("dataset", "language"):
+            if key in record:
+                meta[key] = record[key]
+        if self.longbench_e:
+            meta["length_bucket"] = length_bucket(record["length"])
+        return meta
+
+    # ---------------------------------------------------------------- scoring
+
+    def score(self, sample: Sample, prediction: str) -> float:
+        cleaned = longbench_postprocess(sample.task, prediction)
+        return score_metric(sample.metric, cleaned, sample.references, all_classes=sample.meta.get("all_classes"))
+
+    def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
+        """Category averages, English/Chinese averages and, for LongBench-E, the length buckets."""
+        by_task: dict[str, list[float]] = {}
+        for record in records:
+            by_task.setdefault(record["task"], []).append(float(record["score"]))
+        task_scores = {task: 100 * statistics.fmean(scores) for task, scores in by_task.items()}
+        extra: dict[str, Any] = {}
+        categories = {
+            name: statistics.fmean(task_scores[t] for t in members if t in task_scores)
+            for name, members in CATEGORIES.items()
+            if any(t in task_scores for t in members)
+        }
+        if categories:
+            extra["categories"] = categories
+        english = [task_scores[t] for t in TASKS_EN if t in task_scores]
+        chinese = [task_scores[t] for t in TASKS_ZH if t in task_scores]
+        if english and chinese:
+            extra["average_en"] = statistics.fmean(english)
+            extra["average_zh"] = statistics.fmean(chinese)
+        if self.longbench_e:
+            extra["length_buckets"] = bucket_scores(records)
+            print(format_buckets(extra["length_buckets"]))
+        return extra
+
+
+# -------------------------------------------------------------------- the hub archive
+
+
+@dataclass
+class _Archive:
+    """The official ``data.zip`` of ``THUDM/LongBench``, downloaded (or found in the cache) at most once per load.
+
+    The :class:`~restkv.eval.benchmarks.official.FileFallback` of a load: task files missing from the
+    data folder are read from the archive in place, without unpacking it.
+    """
+
+    path: Path | None = None
+    failure: str = ""
+    tried: bool = False
+    _zip: zipfile.ZipFile | None = None
+
+    def open(self, file_name: str) -> JsonlSource | None:
+        if not self.tried:
+            self.tried = True
+            self.path, self.failure = fetch_archive()
+            if self.path is not None:
+                self._zip = zipfile.ZipFile(self.path)
+        if self._zip is None:
+            return None
+        member = next((n for n in self._zip.namelist() if n.rsplit("/", 1)[-1] == file_name), None)
+        if member is None:
+            return None
+        where = f"{self.path}:{member}"
+        return JsonlSource(where, iter_lines(self._zip.open(member), where))
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+
+
+def fetch_archive() -> tuple[Path | None, str]:
+    """Download (or find in the hub cache) the official ``data.zip``; ``(path, "")`` or ``(None, reason)``."""
+    return download_dataset_file(HUB_REPO, HUB_ARCHIVE)

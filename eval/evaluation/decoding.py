@@ -1,0 +1,159 @@
+"""Greedy answering and teacher forcing of one prompt under a KV compressor, for both protocols."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from restkv.devices import model_devices, synchronize
+from restkv.eval.evaluation.prompting import PromptTokens
+from restkv.integrate import KVCompressor
+
+PROTOCOLS = ("query_aware", "query_agnostic")
+STOP_CHECK_STEPS = {"cpu": 1}
+"""Decode steps between two host reads of the "has an EOS come?" flag, per device type (default
+`DEFAULT_STOP_CHECK_STEPS`). Reading it waits for the device; on a GPU that wait every step would
+put the host's launch time on every step, so up to that many steps past an EOS may run (and are
+counted in ``decode_steps``); the answer is cut at the first EOS either way."""
+DEFAULT_STOP_CHECK_STEPS = 16
+
+
+@dataclass
+class Answer:
+    tokens: list[int]
+    prefill_seconds: float
+    decode_seconds: float
+    kept_tokens: float
+    """Mean over layers of the prompt tokens kept after eviction."""
+    decode_steps: int = 0
+    """Decode forwards run (``decode_seconds`` is their time): one per answer token after the first
+    (the prefill gives the first), plus those run past an EOS before the host looked (`STOP_CHECK_STEPS`)."""
+
+
+def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):
+    device = model.device
+    input_ids = torch.tensor([ids], device=device)
+    positions = torch.arange(start, start + len(ids), device=device)[None]
+    return _forward_tensors(model, input_ids, cache, positions, last_only)
+
+
+def _forward_tensors(
+    model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, positions: torch.Tensor, last_only: bool
+) -> torch.Tensor:
+    out = model(input_ids=input_ids, cache=cache, position_ids=positions, use_cache=True, logits_to_keep=int(last_only))
+    return out.logits[0, -1] if last_only else out.logits[0]
+
+
+def prefill(
+    model: PreTrainedModel, prompt: PromptTokens, protocol: str, compressor: KVCompressor
+) -> tuple[DynamicCache, torch.Tensor, float]:
+    """Run the prompt into a fresh cache (evicting at the end of the compressed part).
+
+    ``query_aware`` prefills context and query together, so the observation window sees the
+    question; ``query_agnostic`` prefills (and compresses) the context alone and appends the
+    query to the compressed cache. Returns the cache, the last position's logits and the mean
+    number of prompt tokens kept per layer.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
+    cache = DynamicCache(config=model.config)
+    if protocol == "query_aware":
+        logits = _forward(model, prompt.context + prompt.query, cache, 0)
+    else:
+        logits = _forward(model, prompt.context, cache, 0)
+        if prompt.query:
+            logits = _forward(model, prompt.query, cache, len(prompt.context))
+    kept = compressor.record.kept if compressor.active else []
+    return cache, logits, (sum(kept) / len(kept) if kept else float(prompt.length))
+
+
+@torch.no_grad()
+def answer(
+    model: PreTrainedModel,
+    prompt: PromptTokens,
+    compressor: KVCompressor,
+    protocol: str,
+    max_new_tokens: int,
+    eos_ids: set[int],
+) -> Answer:
+    """Prefill (evicting at its end), then greedy decoding until EOS or ``max_new_tokens``.
+
+    Decoding keeps its tokens and positions on the model's device and reads the stop flag every
+    `STOP_CHECK_STEPS` steps; every device the model uses is synchronised around each timer.
+    """
+    devices = model_devices(model)
+    compressor.reserve_decode(max_new_tokens)
+    synchronize(*devices)
+    start = time.perf_counter()
+    cache, logits, kept_tokens = prefill(model, prompt, protocol, compressor)
+    synchronize(*devices)
+    prefill_seconds = time.perf_counter() - start
+
+    start = time.perf_counter()
+    generated, forwards = _greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
+    synchronize(*devices)
+    seconds = time.perf_counter() - start
+    tokens = generated.tolist()
+    ends = [index for index, token in enumerate(tokens) if token in eos_ids]
+    return Answer(tokens[: ends[0]] if ends else tokens, prefill_seconds, seconds, kept_tokens, forwards)
+
+
+def _greedy(
+    model: PreTrainedModel,
+    cache: DynamicCache,
+    logits: torch.Tensor,
+    position: int,
+    max_new_tokens: int,
+    eos_ids: set[int],
+) -> tuple[torch.Tensor, int]:
+    """Greedy tokens from ``logits`` on (EOS included, possibly followed by a few more) and the forwards run."""
+    device = logits.device
+    every = STOP_CHECK_STEPS.get(device.type, DEFAULT_STOP_CHECK_STEPS)
+    eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
+    generated = torch.empty(max_new_tokens, dtype=torch.long, device=device)
+    positions = torch.arange(position, position + max_new_tokens, device=model.device)
+    ended = torch.zeros((), dtype=torch.bool, device=device)
+    forwards = 0
+    for step in range(max_new_tokens):
+        token = logits.argmax()
+        generated[step] = token
+        ended |= torch.isin(token, eos)
+        if ((step + 1) % every == 0 or step + 1 == max_new_tokens) and bool(ended):
+            return generated[: step + 1], forwards
+        if step + 1 < max_new_tokens:
+            input_ids = token.view(1, 1).to(model.device)
+            logits = _forward_tensors(model, input_ids, cache, positions[step : step + 1].view(1, 1), True)
+            forwards += 1
+    return generated, forwards
+
+
+@torch.no_grad()
+def teacher_forced_logprobs(
+    model: PreTrainedModel,
+    prompt: PromptTokens,
+    compressor: KVCompressor,
+    protocol: str,
+    continuations: list[list[int]],
+) -> list[torch.Tensor]:
+    """For each continuation, log-probabilities ``[len, vocab]`` (float32) of its tokens' positions.
+
+    Row ``t`` is the model's distribution for ``continuation[t]`` given the prompt and
+    ``continuation[:t]``. The prompt is prefilled (and evicted) once; each continuation is fed
+    in one forward on its own copy of the cache.
+    """
+    if any(not tokens for tokens in continuations):
+        raise ValueError("teacher forcing needs at least one token per continuation")
+    compressor.reserve_decode(max(len(tokens) for tokens in continuations))
+    cache, last, _ = prefill(model, prompt, protocol, compressor)
+    results = []
+    for index, tokens in enumerate(continuations):
+        rows = [last[None]]
+        if len(tokens) > 1:
+            own = cache if index == len(continuations) - 1 else copy.deepcopy(cache)
+            rows.append(_forward(model, tokens[:-1], own, prompt.length, last_only=False))
+        results.append(torch.cat(rows).float().log_softmax(-1))
+    return results

@@ -1,0 +1,264 @@
+"""The evaluation loop behind ``eval/run.py``: build everything from a config, answer, score, save."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from restkv import Budget, compress
+from restkv.devices import pick_device
+from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.evaluation import Evaluation, Session
+from restkv.eval.evaluation.prompting import tokenize
+from restkv.eval.harness.identity import claimed_folder, run_identity
+from restkv.eval.harness.run_folder import PredictionLog, RunLock, format_table, run_folder, summarize, write_metrics
+from restkv.eval.harness.validate import check_config
+from restkv.eval.models.fingerprint import weights_fingerprint
+from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer
+from restkv.eval.models.placement import check_device_map
+from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model
+from restkv.quantize import Quantization
+from restkv.registry import policy_defaults
+from restkv.storage import check_storage
+
+if not OmegaConf.has_resolver("range_list"):
+    # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid
+    OmegaConf.register_new_resolver(
+        "range_list", lambda start, stop, step: list(range(int(start), int(stop), int(step)))
+    )
+
+
+@dataclass
+class RunSettings:
+    """What names the run: config group choices and the overrides hashed into the folder name."""
+
+    bench: str
+    model: str
+    policy: str
+    overrides: list[str] = field(default_factory=list)
+    out_dir: Path = Path("results")
+
+
+def model_spec(cfg: DictConfig) -> ModelSpec:
+    values = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(values, dict)
+    allowed = set(ModelSpec.__dataclass_fields__)
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ValueError(f"model config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return ModelSpec(**values)  # type: ignore[arg-type]
+
+
+class SkippedWork(RuntimeError):
+    """The benchmark cannot run every requested task (``allow_skips=true`` runs the others)."""
+
+
+class EmptyRun(ValueError):
+    """The run has no sample to evaluate."""
+
+
+@dataclass
+class Plan:
+    """Everything a run needs, built and checked before anything is written."""
+
+    spec: ModelSpec
+    device: Any
+    budget: Budget
+    policy: Any
+    benchmark: Any
+    evaluation: Evaluation
+    tokenizer: Any
+    samples: list[Sample]
+    skipped: dict[str, str]
+    identity: dict[str, Any]
+    folder: Path
+    quantization: Quantization = field(default_factory=Quantization)
+
+
+def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
+    """Check every setting, build the parts and the samples; raise before any folder exists."""
+    values = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(values, dict)
+    check_config(values)
+    quantization = quantization_of(values.get("quantization", {}))
+    spec = model_spec(cfg.model)
+    check_model(spec)
+    device = pick_device(cfg.device)
+    check_attention_backend(spec, device.type)
+    check_device_map(spec.device_map, device)
+    budget = Budget(cfg.budget)
+    policy = instantiate(cfg.policy, _convert_="all")
+    check_storage(policy, cfg.get("layout", "auto"), quantization)
+    if not budget.is_ratio and policy.evicts and budget.value <= policy.window:
+        raise ValueError(
+            f"budget={budget} is not allowed with policy.window={policy.window}: the budget counts the window, "
+            "which is always kept, so it must exceed the window"
+        )
+    benchmark = instantiate(cfg.bench, _convert_="all")
+    evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
+    tokenizer = load_tokenizer(spec)
+    samples = list(benchmark.load_samples(tokenizer))
+    available = len(samples)
+    if cfg.limit is not None:
+        samples = samples[: cfg.limit]
+    skipped = dict(getattr(benchmark, "skipped", {}))  # optional: see restkv.eval.benchmarks.base.Benchmark
+    if not samples:
+        why = f"; skipped: {_listed(skipped)}" if skipped else " (check bench.tasks and the benchmark's data files)"
+        raise EmptyRun(f"bench={settings.bench} gives no sample to run{why}")
+    if skipped and not cfg.get("allow_skips", False):
+        raise SkippedWork(
+            f"bench={settings.bench} cannot run every task ({_listed(skipped)}). Nothing was run. Provide "
+            f"the data, drop the task from bench.tasks, or pass allow_skips=true to run the other "
+            f"{len(samples)} of {available} samples and record the skip in metrics.json"
+        )
+    folder = folder_of(settings, budget)
+    identity = run_identity(values, weights_fingerprint(spec))
+    return Plan(
+        spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder, quantization
+    )
+
+
+def folder_of(settings: RunSettings, budget: Budget) -> Path:
+    """The folder a run writes to: named by ``out_dir``, bench, model, policy, budget and the other
+    overrides' hash only (never by the launcher, the device or the logger)."""
+    return run_folder(
+        settings.out_dir, settings.bench, settings.model, settings.policy, str(budget), settings.overrides
+    )
+
+
+def quantization_of(node: dict[str, Any]) -> Quantization:
+    """The ``quantization`` config group as a `Quantization` (unknown keys named)."""
+    unknown = sorted(set(node) - set(Quantization.__dataclass_fields__))
+    if unknown:
+        allowed = ", ".join(Quantization.__dataclass_fields__)
+        raise ValueError(f"quantization.{unknown[0]} is not a quantization setting; allowed: {allowed}")
+    return Quantization(**node)
+
+
+def _listed(skipped: dict[str, str]) -> str:
+    return "; ".join(f"{task}: {reason.rstrip('.')}" for task, reason in skipped.items())
+
+
+def cache_size(compressor: Any) -> dict[str, int]:
+    """The last prefill's cache after eviction, summed over layers: tokens x heads kept, their bytes, and
+    the bytes allocated (the decode reserve included); empty when the compressor was paused."""
+    sizes = compressor.record.size_summary() if compressor.active and compressor.record.sizes else None
+    if sizes is None:
+        return {}
+    return {f"cache_{key}": sizes[key] for key in ("head_tokens", "logical_bytes", "allocated_bytes")}
+
+
+def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": sample.id,
+        "task": sample.task,
+        "context_length": prompt.length,
+        "truncated_tokens": prompt.truncated,
+        **outcome,
+        "kept_tokens": round(outcome["kept_tokens"], 2),
+        "references": sample.references,
+        "meta": sample.meta,
+    }
+
+
+def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str) -> None:
+    """Evaluate the samples not yet in ``log``, appending each record as it finishes."""
+    todo = [s for s in plan.samples if not log.done(s.id)]
+    if len(todo) < len(plan.samples):
+        print(f"resuming {log.folder}: {len(plan.samples) - len(todo)} of {len(plan.samples)} samples already done")
+    if not todo:
+        return
+    spec = plan.spec
+    model = load_model(spec, plan.device)
+    eos = eos_token_ids(model, plan.tokenizer)
+    bar = tqdm(todo, desc=title, unit="sample", dynamic_ncols=True)
+    layout = cfg.get("layout", "auto")
+    with compress(model, plan.policy, plan.budget, layout=layout, quantization=plan.quantization) as compressor:
+        session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos)
+        for sample in bar:
+            prompt = tokenize(sample, plan.tokenizer, spec.chat_template, spec.max_context)
+            outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
+            log.append(record_for(sample, prompt, {**outcome, **cache_size(compressor)}))
+            bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
+
+
+def cache_summary(records: list[dict[str, Any]], layout: str, quantization: Quantization) -> dict[str, Any]:
+    """The layout, the quantization and the mean cache size per sample (records from before sizes were
+    recorded lack them; a quantized cache's bytes are those it stores, scales and residual included)."""
+    sized = [r for r in records if "cache_allocated_bytes" in r]
+    means = {
+        f"{key}_mean": round(sum(r[f"cache_{key}"] for r in sized) / len(sized))
+        for key in ("head_tokens", "logical_bytes", "allocated_bytes")
+        if sized
+    }
+    return {"layout": layout, "quantization": quantization.describe(), "samples_measured": len(sized), **means}
+
+
+def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: DictConfig, settings: RunSettings):
+    """``metrics.json``'s content: scores, what ran and what was skipped, benchmark and strategy extras."""
+    task_order = list(dict.fromkeys(s.task for s in plan.samples))
+    summary = summarize(records, task_order)
+    summary.update(
+        bench=settings.bench,
+        model=settings.model,
+        policy=settings.policy,
+        budget=str(plan.budget),
+        protocol=cfg.protocol,
+        ran={"tasks": task_order, "samples": len(records), "limit": cfg.limit},
+        skipped=plan.skipped,
+        cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
+    )
+    extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
+    if extra is not None:
+        summary.update(extra(records, folder))
+    summary.update(plan.evaluation.report(records))
+    return summary
+
+
+ADDED_SETTINGS = {"layout": "auto", "quantization": asdict(Quantization())}
+"""Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
+
+
+def added_defaults(policy: str) -> dict[tuple, Any]:
+    """What an identity written by an earlier restkv may lack and still be this run: every knob of the
+    policy at its default, and the top-level settings added since (see `restkv.eval.harness.identity`)."""
+    try:
+        knobs = policy_defaults(policy)
+    except ValueError:
+        knobs = {}
+    defaults: dict[tuple, Any] = {("config", "policy", k): v for k, v in knobs.items()}
+    defaults.update({("config", k): v for k, v in ADDED_SETTINGS.items()})
+    return defaults
+
+
+def run_benchmark(
+    cfg: DictConfig, settings: RunSettings, on_finished: Callable[[Path, dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Evaluate every sample not yet in the run folder; write metrics; return the summary.
+
+    ``on_finished(folder, summary)`` runs once ``metrics.json`` is written, while the folder is still
+    locked (``restkv.eval.harness.tracking``: a tracker copying the finished run)."""
+    plan = plan_run(cfg, settings)
+    on_change = cfg.get("on_change", "refuse")
+    defaults = added_defaults(settings.policy)
+    with claimed_folder(plan.folder, plan.identity, on_change, RunLock, defaults) as folder:
+        (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        with PredictionLog(folder) as log:
+            evaluate_missing(plan, log, cfg, f"{settings.bench}/{settings.policy}@{plan.budget}")
+            records = [log.records[s.id] for s in plan.samples if s.id in log.records]
+        summary = summary_of(plan, records, folder, cfg, settings)
+        write_metrics(folder, summary)
+        if on_finished is not None:
+            on_finished(folder, summary)
+    title = f"{settings.bench} | {settings.model} | {settings.policy} | budget {plan.budget}"
+    print(format_table(summary, title=title))
+    print(f"results: {folder}")
+    if plan.skipped:
+        print(f"note: skipped {_listed(plan.skipped)} (allowed by allow_skips=true; recorded in metrics.json)")
+    return summary

@@ -1,0 +1,148 @@
+"""Every value a user can set, checked before anything is loaded or written.
+
+Hydra hands the runner plain values: ``limit=1.5``, ``policy.use_wo=maybe`` or ``bench.lengths=[512.5]``
+arrive as a float, a string and a list of floats, and would otherwise be accepted (Python slicing,
+truthy strings) or fail deep inside a run. Here each top-level key and each field of the classes
+the config builds (policy, benchmark, evaluation strategy: their dataclass annotations) is checked
+against its type, and the error names the key, the value and what is allowed. Range checks stay
+with the classes that own them (their ``__post_init__``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from restkv.eval.evaluation.decoding import PROTOCOLS
+from restkv.layouts import LAYOUTS
+
+ON_CHANGE = ("refuse", "new_folder", "adopt")
+"""What a run does when its folder holds another experiment (see `restkv.eval.harness.identity`)."""
+
+
+def describe(kind: Any) -> str:
+    """A type annotation in words, for error messages."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(describe(arg) for arg in args)
+    if origin in (list, tuple):
+        return f"a list of {describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
+    if origin is dict:
+        return "a mapping"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+    return names.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def conforms(value: Any, kind: Any) -> bool:
+    """Whether ``value`` (as Hydra gives it) is of type ``kind``; unknown annotations accept anything."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Any or isinstance(kind, str | typing.TypeVar):
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(conforms(value, arg) for arg in args)
+    if origin in (list, tuple):
+        return isinstance(value, list | tuple) and all(conforms(item, args[0]) for item in value) if args else True
+    if origin is dict:
+        return isinstance(value, dict)
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is type(None):
+        return value is None
+    if isinstance(kind, type) and kind in (str, dict, list):
+        return isinstance(value, kind)
+    return True  # a nested object (e.g. a benchmark given to another): checked on its own node
+
+
+def check_value(key: str, value: Any, kind: Any) -> None:
+    if not conforms(value, kind):
+        raise ValueError(f"{key}={value!r} is not allowed; it must be {describe(kind)}")
+
+
+def target_class(node: dict[str, Any], key: str) -> type:
+    """The class a config node's ``_target_`` names, or a clear error."""
+    target = node.get("_target_")
+    if not isinstance(target, str) or "." not in target:
+        raise ValueError(f"{key}._target_={target!r} must name a class as module.Class")
+    module, _, name = target.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"{key}._target_={target!r} cannot be imported: {error}") from error
+
+
+def check_node(node: dict[str, Any], key: str) -> None:
+    """Check a ``_target_`` node's fields against the target dataclass: known names, right types; recursively."""
+    cls = target_class(node, key)
+    if not dataclasses.is_dataclass(cls):
+        return
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):  # annotations that cannot be evaluated here: check the names only
+        hints = {}
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    for name, value in node.items():
+        if name.startswith("_"):
+            continue
+        if name not in fields:
+            raise ValueError(
+                f"{key}.{name} is not a setting of {cls.__name__}; its settings: {', '.join(sorted(fields))}"
+            )
+        if isinstance(value, dict) and "_target_" in value:
+            check_node(value, f"{key}.{name}")
+        else:
+            check_value(f"{key}.{name}", value, hints.get(name, Any))
+
+
+def check_out_dir(out_dir: Any) -> Path:
+    """``out_dir`` as a path that can be created and written, checked without creating anything."""
+    check_value("out_dir", out_dir, str)
+    path = Path(out_dir).expanduser()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"out_dir={out_dir!r} is not allowed: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"out_dir={out_dir!r} is not writable ({existing} does not allow writing); choose another")
+    return path
+
+
+def check_run_keys(values: dict[str, Any]) -> None:
+    """The top-level keys of ``configs/config.yaml`` (budget, protocol, layout, limit, out_dir, ...)."""
+    budget = values.get("budget")
+    if isinstance(budget, bool) or not isinstance(budget, int | float):
+        raise ValueError(
+            f"budget={budget!r} is not allowed; it must be a token count (integer) or a fraction in (0, 1)"
+        )
+    if isinstance(budget, float) and not (math.isfinite(budget) and (0 < budget < 1 or budget.is_integer())):
+        raise ValueError(f"budget={budget!r} is not allowed; a fraction of the prompt must lie in (0, 1)")
+    if values.get("protocol") not in PROTOCOLS:
+        raise ValueError(f"protocol={values.get('protocol')!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
+    if values.get("layout", "auto") not in LAYOUTS:
+        raise ValueError(f"layout={values.get('layout')!r} is not allowed; choose one of: {', '.join(LAYOUTS)}")
+    limit = values.get("limit")
+    check_value("limit", limit, int | None)
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit={limit!r} is not allowed; it must be an integer >= 1 (or null for every sample)")
+    check_value("allow_skips", values.get("allow_skips", False), bool)
+    if values.get("on_change", "refuse") not in ON_CHANGE:
+        raise ValueError(f"on_change={values.get('on_change')!r} is not allowed; choose one of: {', '.join(ON_CHANGE)}")
+    check_out_dir(values.get("out_dir"))
+
+
+def check_config(values: dict[str, Any]) -> None:
+    """Everything the user can set, before any model, data or folder is touched (``values``: resolved config)."""
+    check_run_keys(values)
+    for group in ("policy", "bench", "evaluation"):
+        node = values.get(group)
+        if not isinstance(node, dict):
+            raise ValueError(f"the config has no {group} (choose one: {group}=<name>)")
+        check_node(node, group)
