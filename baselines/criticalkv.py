@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from restkv.allocation import HeadSelection, adakv_capacities, top_positions
+from restkv.allocation import HeadSelection, top_positions
 from restkv.checks import check_number
 from restkv.policy import LayerInputs
 from restkv.registry import register_policy, register_preset
@@ -77,14 +77,10 @@ class CriticalKV(ScoringPolicy):
         base = reduce_groups(self.score(inputs, keep), inputs.num_kv_heads, self.gqa)[0]  # [H, P]
         norms = projected_value_norms(inputs.values, inputs.output_weight(), inputs.num_heads, past)
         norms = reduce_groups(norms, inputs.num_kv_heads, "mean" if self.gqa == "max" else self.gqa)[0]
-        if self.allocation == "uniform":
-            capacities = torch.full((base.shape[0],), base_budget, device=base.device)
-        elif self.allocation == "adakv":
-            capacities = adakv_capacities(base, base_budget, self.floor, self.allocation_normalize)
-        else:
-            capacities = self._headkv_capacities(inputs, budget).clamp(max=past)
+        allocation = self.stages.allocation  # head budgets from the base scores
+        capacities = allocation.capacities(base, base_budget, inputs, budget)
         scores = two_stage(base, (base + self.epsilon) * norms, (capacities * self.first_stage).long())
-        if self.allocation == "uniform":
+        if not allocation.headwise:
             return keep_indices(scores.unsqueeze(0), keep, self.window)
         return top_positions(scores, capacities, self.window)
 

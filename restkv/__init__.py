@@ -38,7 +38,21 @@ _EXPORTS = {
     "register_preset": "restkv.registry",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Budget",
+    "KVCompressor",
+    "LayerInputs",
+    "Policy",
+    "Quantization",
+    "ReSTKV",
+    "ScoringPolicy",
+    "compress",
+    "get_policy",
+    "policy_names",
+    "preset_names",
+    "register_policy",
+    "register_preset",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,4 @@
-"""How many past tokens each head of a layer keeps: the head-wise budget allocators (pure arithmetic).
+"""How a layer's budget is shared by its heads, a policy stage: the head-wise budget allocators.
 
 Scores come in per selection head (``[heads, P]`` over a layer's past tokens, batch 1). A uniform
 allocation gives every head the layer's budget; the two head-wise allocators share it unevenly:
@@ -12,16 +12,27 @@ allocation gives every head the layer's budget; the two head-wise allocators sha
 Both follow the ReST-KV authors' ``AdaKVCluster`` and HeadKV budget code to the rounding (see
 ``../shared/golden/README.md``, "Head-wise"). What a head keeps (its top positions plus the
 window) is a `HeadSelection`: the per-head positions flattened one head after another.
+
+The arithmetic is pure functions (`adakv_capacities`, `headkv_capacities`, `top_positions`); the
+stage objects (`UniformAllocation`, `AdaKVAllocation`, `HeadKVAllocation`, resolved once from a
+policy's knobs by `allocation_of`) apply it to a layer's reduced scores.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+from restkv.checks import check_choice, check_number
+from restkv.select import Budget, keep_indices
+
+if TYPE_CHECKING:
+    from restkv.inputs import LayerInputs
 
 ALLOCATIONS = ("uniform", "adakv", "headkv")
 
@@ -166,3 +177,161 @@ def load_head_scores(path: str | Path, num_layers: int, num_heads: int) -> torch
             "scripts/compute_head_scores.py"
         )
     return torch.tensor([[means[(layer, head)] for head in range(num_heads)] for layer in range(num_layers)])
+
+
+# -- the stage -----------------------------------------------------------------------------------------
+
+
+class Allocation(Protocol):
+    """Kept positions of one layer from its scores reduced to selection heads ``[b, heads, P]``."""
+
+    setting: str
+    """The knobs that chose it, as a user would write them (for messages)."""
+    headwise: bool
+    """Whether heads may keep different numbers of tokens (stored in a variable-length layout)."""
+    fixed_per_head: bool
+    """Whether every (layer, head)'s budget is fixed in advance (no per-layer schedule can apply)."""
+
+    def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool: ...
+
+    def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor: ...
+
+    def select(
+        self, scores: torch.Tensor, keep: int, window: int, inputs: LayerInputs, budget: Budget
+    ) -> torch.Tensor | HeadSelection: ...
+
+
+@dataclass(frozen=True)
+class UniformAllocation:
+    """Every head keeps the layer's budget: positions ``[b, heads, keep]``."""
+
+    setting: str = "allocation='uniform'"
+    headwise: bool = False
+    fixed_per_head: bool = False
+
+    def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
+        return False
+
+    def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
+        """Past tokens per head ``[heads]`` for scores ``[heads, P]``: ``base`` each."""
+        return torch.full((scores.shape[0],), base, device=scores.device)
+
+    def select(
+        self, scores: torch.Tensor, keep: int, window: int, inputs: LayerInputs, budget: Budget
+    ) -> torch.Tensor | HeadSelection:
+        return keep_indices(scores, keep, window)
+
+
+def _single_prompt(scores: torch.Tensor) -> torch.Tensor:
+    """The ``[heads, P]`` scores of a batch of one; head-wise allocations are built for batch size 1."""
+    if scores.shape[0] != 1:
+        raise NotImplementedError(f"head-wise allocation runs on batch size 1; got {scores.shape[0]}")
+    return scores[0]
+
+
+@dataclass(frozen=True)
+class AdaKVAllocation:
+    """AdaKV's shared ranking of the layer's past budget (`adakv_capacities`)."""
+
+    floor: float
+    normalize: bool
+    headwise: bool = True
+    fixed_per_head: bool = False
+
+    @property
+    def setting(self) -> str:
+        return "allocation='adakv'"
+
+    def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
+        return False
+
+    def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
+        return adakv_capacities(scores, base, self.floor, self.normalize)
+
+    def select(
+        self, scores: torch.Tensor, keep: int, window: int, inputs: LayerInputs, budget: Budget
+    ) -> torch.Tensor | HeadSelection:
+        scores = _single_prompt(scores)
+        ranked = scores.sort(dim=-1, descending=True)  # one sort serves the allocation and the selection
+        capacities = adakv_capacities(scores, keep - window, self.floor, self.normalize, ranked.values)
+        return top_positions(scores, capacities, window, ranked.indices)
+
+
+@dataclass(frozen=True)
+class HeadKVAllocation:
+    """HeadKV's fixed per-(layer, head) budgets from a head-importance file (`headkv_capacities`)."""
+
+    head_scores: str
+    head_beta: float
+    gqa: str
+    headwise: bool = True
+    fixed_per_head: bool = True
+    _importance: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict, init=False, compare=False)
+    """Each model shape's mean head scores, read from the file once."""
+    _budgets: dict[tuple[int, int, int, int], torch.Tensor] = field(default_factory=dict, init=False, compare=False)
+    """Every layer's head budgets, per model shape and token budget."""
+
+    @property
+    def setting(self) -> str:
+        return "allocation='headkv'"
+
+    def layer_capacities(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
+        """This layer's past budget per selection head ``[heads]``; the file is read once per model shape and
+        the table of every layer's budgets computed once per token budget."""
+        shape = (inputs.num_layers, inputs.num_heads)
+        if shape not in self._importance:
+            self._importance[shape] = load_head_scores(head_file(self.head_scores) or self.head_scores, *shape)
+        key = (*shape, inputs.num_kv_heads, budget.tokens(inputs.length))
+        if key not in self._budgets:
+            importance = reduce_importance(self._importance[shape], inputs.num_kv_heads, self.gqa)
+            self._budgets[key] = headkv_capacities(importance, key[-1], self.head_beta)
+        return self._budgets[key][inputs.layer].to(inputs.keys.device)
+
+    def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
+        """Whether every head's budget covers the past tokens (nothing to evict, so nothing to score)."""
+        return bool((self.layer_capacities(inputs, budget) >= inputs.length - window).all())
+
+    def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
+        return self.layer_capacities(inputs, budget).clamp(max=scores.shape[-1])
+
+    def select(
+        self, scores: torch.Tensor, keep: int, window: int, inputs: LayerInputs, budget: Budget
+    ) -> torch.Tensor | HeadSelection:
+        scores = _single_prompt(scores)
+        return top_positions(scores, self.capacities(scores, keep - window, inputs, budget), window)
+
+
+def head_file(given: str) -> Path | None:
+    """A head-importance file: as given, else under the project (a checkout, or the installed copy)."""
+    here = Path(__file__).resolve().parent
+    candidates = (Path(given).expanduser(), here.parent / given, here / "eval" / "assets" / given)
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def allocation_of(
+    owner: str, allocation: str, floor: float, normalize: bool, head_scores: str | None, head_beta: float, gqa: str
+) -> Allocation:
+    """The stage the allocation knobs of policy ``owner`` name; a bad value or a missing head file is refused."""
+    check_choice(owner, "allocation", allocation, ALLOCATIONS)
+    check_number(owner, "floor", floor, low=0, high=1, low_open=False)
+    check_number(owner, "head_beta", head_beta, low=0)
+    if allocation == "adakv":
+        return AdaKVAllocation(floor, normalize)
+    if allocation != "headkv":
+        if head_scores is not None:
+            raise ValueError(
+                f"{owner}.head_scores is set but allocation={allocation!r}; head files are read by "
+                "allocation='headkv' only"
+            )
+        return UniformAllocation()
+    if head_scores is None:
+        raise ValueError(
+            f"{owner}.allocation='headkv' needs head_scores, the path of a HeadKV head-importance file "
+            "(make one with scripts/compute_head_scores.py; the micro model's: models/micro-llama/head_scores.json)"
+        )
+    if head_file(head_scores) is None:
+        raise FileNotFoundError(
+            f"{owner}.head_scores={head_scores!r}: no such file (as given, or under the project); "
+            "make one for your model with scripts/compute_head_scores.py"
+        )
+    return HeadKVAllocation(head_scores, head_beta, gqa)

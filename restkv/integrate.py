@@ -179,10 +179,7 @@ class KVCompressor:
         self.model = model
         self.policy = policy
         self.budget = budget if isinstance(budget, Budget) else Budget(budget)
-        if not self.budget.is_ratio and policy.evicts and self.budget.value <= policy.window:
-            raise ValueError(
-                f"budget {self.budget} must exceed the window ({policy.window}): the window is always kept"
-            )
+        policy.check_budget(self.budget)
         self.decode_reserve = 0
         self.reserve_decode(decode_reserve)
         self.timed = timed

@@ -12,14 +12,23 @@ Two facts make it cheap and reproducible: the probabilities do not depend on the
 of them, and all the Bernoulli draws, are made at once from a seeded generator (or given, to
 replay recorded draws); and the value updates are the authors' sequence of in-place additions,
 skipping the steps where no head drew a merge. LOOK-M's pivot merging (the authors'
-``merge='pivot'``) is not built.
+``merge='pivot'``) is not built. `merge_of` resolves a policy's knobs into the stage (`NoMerge` or
+`CamMerge`) once.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+from restkv.checks import check_choice, check_number
+from restkv.scoring import window_attention
+
+if TYPE_CHECKING:
+    from restkv.inputs import LayerInputs
 
 MERGES = ("none", "cam")
 """``none``: values are stored as computed; ``cam``: CAM's merging of each token into the next ones."""
@@ -72,3 +81,75 @@ def draw_merges(probabilities: torch.Tensor, seed: int, layer: int) -> torch.Ten
     """Bernoulli draws for ``probabilities``: the same for the same ``seed`` and layer, on any run."""
     generator = torch.Generator(device=probabilities.device).manual_seed(seed * 100_003 + layer)
     return torch.bernoulli(probabilities, generator=generator)
+
+
+# -- the stage -----------------------------------------------------------------------------------------
+
+
+class Merge(Protocol):
+    """The values a layer stores for its kept positions."""
+
+    setting: str
+    active: bool
+
+    def merged_values(
+        self, inputs: LayerInputs, selection: object, window: int, gqa: str, draws: torch.Tensor | None = None
+    ) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class NoMerge:
+    """Values are stored as computed."""
+
+    setting: str = "merge='none'"
+    active: bool = False
+
+    def merged_values(
+        self, inputs: LayerInputs, selection: object, window: int, gqa: str, draws: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return inputs.values
+
+
+@dataclass(frozen=True)
+class CamMerge:
+    """CAM's merging of each past token from ``start`` (a share of the prompt) on, draws seeded by ``seed``."""
+
+    start: float
+    seed: int
+    active: bool = True
+
+    @property
+    def setting(self) -> str:
+        return "merge='cam'"
+
+    def merged_values(
+        self, inputs: LayerInputs, selection: object, window: int, gqa: str, draws: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """CAM's merged values; a layer kept whole (``selection`` None) is not merged. ``draws`` replays
+        recorded draws. Merging runs per key/value head: a head's merge probability reads its query group's
+        attention, reduced by ``gqa`` (``expand`` on grouped heads is refused)."""
+        if selection is None:
+            return inputs.values
+        heads, kv_heads = inputs.num_heads, inputs.num_kv_heads
+        if heads != kv_heads and gqa == "expand":
+            raise NotImplementedError(
+                f"merge='cam' with gqa='expand' on a model with grouped key/value heads ({heads} query, "
+                f"{kv_heads} key/value heads) is not built: merged values would differ per query head; use gqa='mean'"
+            )
+        attention = window_attention(inputs.queries[..., -window:, :], inputs.keys, inputs.scaling)
+        means = attention[0].mean(dim=-2)  # [h, L]: each column's mean over the window's rows
+        if heads != kv_heads:
+            grouped = means.view(kv_heads, heads // kv_heads, -1)
+            means = grouped.amax(dim=1) if gqa == "max" else grouped.mean(dim=1)
+        start = cam_start(inputs.length, self.start)
+        if draws is None:
+            draws = draw_merges(cam_probabilities(means, start, window), self.seed, inputs.layer)
+        return cam_merge(inputs.values, draws, start, window)
+
+
+def merge_of(owner: str, merge: str, start: float, seed: int) -> Merge:
+    """The stage the merge knobs of policy ``owner`` name; a bad value is refused by name."""
+    check_choice(owner, "merge", merge, MERGES)
+    check_number(owner, "merge_start", start, low=0, high=1, low_open=False)
+    check_number(owner, "merge_seed", seed, low=0, low_open=False, integer=True)
+    return CamMerge(start, seed) if merge == "cam" else NoMerge()

@@ -1,4 +1,7 @@
-"""Turning scores into kept positions: budgets, per-layer schedules, GQA reduction, top-k."""
+"""Turning scores into kept positions: the budget, GQA reduction, top-k with the window kept.
+
+How the budget varies by layer is `restkv.schedule`; how a layer's budget is shared by its heads, `restkv.allocation`.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ from dataclasses import dataclass
 import torch
 
 GQA_MODES = ("mean", "max", "expand")
-SCHEDULES = ("uniform", "pyramid")
 
 
 @dataclass(frozen=True)
@@ -47,40 +49,6 @@ class Budget:
 
     def __str__(self) -> str:
         return f"{self.value:g}" if self.is_ratio else str(self.value)
-
-
-def pyramid_budgets(prompt_length: int, budget: int, window: int, beta: float, num_layers: int) -> list[int]:
-    """PyramidKV's per-layer token counts (window included), as the reference code computes them.
-
-    The layers share ``num_layers * (budget - window)`` past tokens in an arithmetic
-    progression from ``2 * (budget - window) - min`` (first layer) down towards
-    ``min = (budget - window) // beta``; the top is capped at the prompt's past length. Prompts
-    shorter than ``budget`` are not compressed, and prompts shorter than
-    ``2 * (budget - window)`` keep ``budget`` in every layer.
-    """
-    if prompt_length <= budget:
-        return [prompt_length] * num_layers
-    past_budget = budget - window
-    if prompt_length < 2 * past_budget or num_layers == 1:
-        return [budget] * num_layers
-    low = int(past_budget // beta)
-    high = 2 * past_budget - low
-    if high >= prompt_length - window:
-        high = prompt_length - window
-        low = 2 * past_budget - high
-    step = (high - low) // (num_layers - 1)
-    return [high - layer * step + window for layer in range(num_layers)]
-
-
-def layer_budget(
-    schedule: str, prompt_length: int, budget: int, window: int, beta: float, layer: int, num_layers: int
-) -> int:
-    """Tokens kept by ``layer`` (window included) under ``schedule``."""
-    if schedule == "uniform":
-        return min(budget, prompt_length)
-    if schedule == "pyramid":
-        return pyramid_budgets(prompt_length, budget, window, beta, num_layers)[layer]
-    raise ValueError(f"unknown budget schedule {schedule!r}; allowed: {', '.join(SCHEDULES)}")
 
 
 def reduce_groups(scores: torch.Tensor, num_kv_heads: int, mode: str) -> torch.Tensor:

@@ -25,17 +25,14 @@ from restkv.quantize import Quantization
 def check_storage(policy: Policy, layout: str, quantization: Quantization | None, config: Any = None) -> None:
     """Raise for a policy, layout and quantization that cannot be stored together (``config``: the model's,
     when known: the runner checks what it can before loading any model)."""
-    if policy.think_ratio > 0 and layout != "auto":
-        raise ValueError(
-            f"think_ratio={policy.think_ratio} prunes key channels of dense layers; layout={layout!r} is not dense: "
-            "use layout='auto'"
-        )
+    stages = policy.stages
+    stages.key_pruning.check_layout(layout)
     if quantization is None or not quantization.enabled:
         return
-    if layout != "auto" or policy.allocation != "uniform":
+    if layout != "auto" or stages.allocation.headwise:
         raise NotImplementedError(
             f"quantization ({quantization.backend}) stores dense layers, read by the model's own attention; "
-            f"layout={layout!r} with allocation={policy.allocation!r} is head-wise: use layout='auto' and "
+            f"layout={layout!r} with {stages.allocation.setting} is head-wise: use layout='auto' and "
             "allocation='uniform'"
         )
     if config is None:
@@ -64,7 +61,7 @@ def stored_layer(
     values = policy.merged_values(inputs, selection)
     stored = store(layer_cache, inputs.keys, values, selection, layout, reserve, guard)
     pruned = 0
-    if selection is not None and policy.think_ratio > 0:
+    if selection is not None and policy.stages.key_pruning.active:
         if not isinstance(stored, CompressedLayer):
             kind = type(stored).__name__
             raise NotImplementedError(f"think_ratio prunes dense layers only; layer {inputs.layer} is a {kind}")

@@ -55,7 +55,7 @@ TOP_LEVEL = [
     (["budget=1.5"], r"budget=1\.5 is not allowed; a fraction of the prompt must lie in \(0, 1\)"),
     (["budget=abc"], r"budget='abc' is not allowed; it must be a token count \(integer\) or a fraction"),
     (["budget=true"], r"budget=True is not allowed; it must be a token count"),
-    (["budget=16"], r"budget=16 is not allowed with policy.window=32: .* must exceed the window"),
+    (["budget=16"], r"budget=16 is not more than the window \(policy.window=32\): .* must exceed the window"),
     (["protocol=sideways"], r"protocol='sideways' is not allowed; choose one of: query_aware, query_agnostic"),
     (["device=cuda"], r"device='cuda' but CUDA is not available on this machine; use device=cpu or auto"),
     (["device=tpu0"], r"device='tpu0' is not a device; use auto, cpu, cuda or cuda:N"),

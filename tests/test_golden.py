@@ -15,9 +15,10 @@ import torch
 
 from restkv.baselines import SnapKV, StreamingLLM
 from restkv.policy import LayerInputs, Policy
+from restkv.schedule import pyramid_budgets
 from restkv.scoring import output_gram
 from restkv.scoring_policy import ScoringPolicy
-from restkv.select import Budget, pyramid_budgets
+from restkv.select import Budget
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("RESTKV_GOLDEN", REPO.parent / "shared" / "golden"))

@@ -14,7 +14,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
-from restkv.eval.models import hub
 from restkv.eval.benchmarks import infinitebench
 from restkv.eval.benchmarks.infinitebench.benchmark import (
     PROMPTS,
@@ -29,6 +28,7 @@ from restkv.eval.benchmarks.metrics import metric_names
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.run_folder import PREDICTIONS
 from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.models import hub
 from restkv.eval.run import CONFIGS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "infinitebench"

@@ -188,7 +188,7 @@ def test_unsupported_model_class_is_rejected() -> None:
 
 
 def test_budget_not_above_window_is_rejected(make_model) -> None:
-    with pytest.raises(ValueError, match="budget 32 must exceed the window"):
+    with pytest.raises(ValueError, match=r"budget=32 is not more than the window \(policy.window=32\)"):
         compress(make_model(), ReSTKV(window=32), budget=32)
 
 

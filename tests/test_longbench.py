@@ -15,7 +15,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
-from restkv.eval.models import hub
 from restkv.eval.benchmarks import longbench, official
 from restkv.eval.benchmarks.jsonl import DataFileError
 from restkv.eval.benchmarks.longbench.benchmark import (
@@ -33,6 +32,7 @@ from restkv.eval.benchmarks.metrics import metric_names
 from restkv.eval.evaluation.prompting import render, tokenize
 from restkv.eval.harness.run_folder import PREDICTIONS
 from restkv.eval.harness.runner import RunSettings, run_benchmark
+from restkv.eval.models import hub
 from restkv.eval.run import CONFIGS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "longbench"

@@ -57,10 +57,10 @@ def test_cam_keeps_snapkv_positions_and_stores_merged_values(arch: str, make_mod
     full = full_prefill(model, ids)
     plain = CAM(window=WINDOW, merge="none")
     _, plain_record = evicted(model, plain, ids)
-    import restkv.policy as policy_module
+    import restkv.merge as merge_module
 
     every_head = lambda probabilities, seed, layer: torch.ones_like(probabilities)  # noqa: E731
-    monkeypatch.setattr(policy_module, "draw_merges", every_head)
+    monkeypatch.setattr(merge_module, "draw_merges", every_head)
     cache, record = evicted(model, CAM(window=WINDOW, merge_start=0.25), ids)
     start = -(-PROMPT // 4)
     for layer, indices in enumerate(record.indices):

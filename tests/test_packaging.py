@@ -18,7 +18,12 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setupt
 
 
 def test_every_package_of_the_tree_is_listed() -> None:
-    names = {"restkv": "restkv", "baselines": "restkv.baselines", "eval": "restkv.eval", "microtrain": "restkv.microtrain"}
+    names = {
+        "restkv": "restkv",
+        "baselines": "restkv.baselines",
+        "eval": "restkv.eval",
+        "microtrain": "restkv.microtrain",
+    }
     found = {
         ".".join((name, *init.parent.relative_to(ROOT / top).parts))
         for top, name in names.items()

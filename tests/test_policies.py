@@ -10,7 +10,8 @@ import torch
 from restkv import Budget, LayerInputs, ReSTKV, ScoringPolicy, get_policy, policy_names
 from restkv.baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
 from restkv.baselines.h2o import accumulated_attention
-from restkv.select import keep_indices, pyramid_budgets, reduce_groups
+from restkv.schedule import pyramid_budgets
+from restkv.select import keep_indices, reduce_groups
 
 
 def inputs(length: int = 64, heads: int = 4, kv_heads: int = 2, d: int = 8, queries: int = 8) -> LayerInputs:

@@ -48,7 +48,8 @@ def test_config_states_only_what_it_changes(name: str) -> None:
     written = OmegaConf.to_container(OmegaConf.load(ROOT / f"{name}.yaml"))
     assert isinstance(written, dict)
     cls, _ = resolve_policy(name)
-    assert written["_target_"] in (f"{cls.__module__}.{cls.__name__}", f"{cls.__module__.rpartition('.')[0]}.{cls.__name__}")
+    package = cls.__module__.rpartition(".")[0]
+    assert written["_target_"] in (f"{cls.__module__}.{cls.__name__}", f"{package}.{cls.__name__}")
     defaults = policy_defaults(name)
     restated = {k: v for k, v in written.items() if k not in CONFIG_KEYS and defaults.get(k) == v}
     assert not restated, f"configs/policy/{name}.yaml restates defaults {restated}"

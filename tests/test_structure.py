@@ -19,7 +19,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("restkv", "baselines", "eval", "microtrain", "scripts")
 """Folders, lowest layer first."""
-IMPORT_NAMES = {"restkv": "restkv", "baselines": "restkv.baselines", "eval": "restkv.eval", "microtrain": "restkv.microtrain"}
+IMPORT_NAMES = {
+    "restkv": "restkv",
+    "baselines": "restkv.baselines",
+    "eval": "restkv.eval",
+    "microtrain": "restkv.microtrain",
+}
 """How each folder is imported (``pyproject.toml``'s package-dir); ``scripts`` are not imported."""
 TOP_LEVEL_NAMES = ("baselines", "eval", "microtrain")
 """Folder names that must never be imported as top-level packages (they would shadow other packages)."""

@@ -95,11 +95,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     budget = Budget(cfg.budget)
     policy = instantiate(cfg.policy, _convert_="all")
     check_storage(policy, cfg.get("layout", "auto"), quantization)
-    if not budget.is_ratio and policy.evicts and budget.value <= policy.window:
-        raise ValueError(
-            f"budget={budget} is not allowed with policy.window={policy.window}: the budget counts the window, "
-            "which is always kept, so it must exceed the window"
-        )
+    policy.check_budget(budget)
     benchmark = instantiate(cfg.bench, _convert_="all")
     evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
     tokenizer = load_tokenizer(spec)

@@ -58,9 +58,10 @@ class ReSTKVPress(ScorerPress):
                 f"ReSTKVPress: {name} selects by its own rule (it overrides select()), which a scorer press, ranking "
                 "tokens by score() alone, would not follow; run it through restkv.compress"
             )
-        if self.policy.merge != "none" or self.policy.think_ratio > 0:
+        stages = self.policy.stages
+        if stages.merge.active or stages.key_pruning.active:
             raise ValueError(
-                f"ReSTKVPress: {name}.merge={self.policy.merge!r} / think_ratio={self.policy.think_ratio} change the "
+                f"ReSTKVPress: {name}.{stages.merge.setting} / {stages.key_pruning.setting} change the "
                 "stored values or keys, which a scorer press cannot; run them through restkv.compress (kvpress has "
                 "its own ThinKPress to compose with)"
             )
@@ -69,14 +70,14 @@ class ReSTKVPress(ScorerPress):
                 f"ReSTKVPress: {name}.gqa={self.policy.gqa!r} is not allowed: kvpress keeps one selection per "
                 "key/value head, so gqa must be 'mean' or 'max'"
             )
-        if self.policy.schedule != "uniform":
+        if stages.schedule.varies_by_layer:
             raise ValueError(
-                f"ReSTKVPress: {name}.schedule={self.policy.schedule!r} is not allowed: kvpress applies one "
+                f"ReSTKVPress: {name}.{stages.schedule.setting} is not allowed: kvpress applies one "
                 "compression ratio to every layer (schedule must be 'uniform')"
             )
-        if self.policy.allocation != "uniform":
+        if stages.allocation.headwise:
             raise ValueError(
-                f"ReSTKVPress: {name}.allocation={self.policy.allocation!r} is not allowed: a scorer press keeps "
+                f"ReSTKVPress: {name}.{stages.allocation.setting} is not allowed: a scorer press keeps "
                 "the same number of tokens in every head; for kvpress's head-wise budgets wrap this press in its "
                 "AdaKVPress, or run policy.allocation=adakv through restkv.compress"
             )

@@ -72,10 +72,11 @@ def press_positions(model: nn.Module, press: Any, input_ids: torch.Tensor, full:
 @torch.no_grad()
 def policy_positions(model: nn.Module, policy: Policy, budget: int | float, input_ids: torch.Tensor) -> Positions:
     """What ``policy`` keeps of the prompt under our integration (`restkv.compress`)."""
-    if policy.allocation != "uniform":
+    if policy.stages.allocation.headwise:
         raise ValueError(
-            f"policy_positions compares rectangular selections; {type(policy).__name__}.allocation="
-            f"{policy.allocation!r} keeps a different count per head (read compress(...).record.indices instead)"
+            f"policy_positions compares rectangular selections; {type(policy).__name__}."
+            f"{policy.stages.allocation.setting} keeps a different count per head (read compress(...).record.indices "
+            "instead)"
         )
     with compress(model, policy, budget) as compressor:
         model.model(input_ids=input_ids, past_key_values=DynamicCache())
