@@ -2,7 +2,7 @@
 
 The first tests need no kvpress (budget-to-ratio mapping, the policy's settings, the error without
 kvpress). The others skip without it: kvpress 0.5.5 needs transformers < 5.3, so they run in an
-environment of their own (README, "kvpress, both ways").
+environment of their own (docs/kvpress.md).
 """
 
 from __future__ import annotations

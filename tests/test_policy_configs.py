@@ -1,7 +1,7 @@
-"""Policy configs, the registry and the README's knob table describe the same policies.
+"""Policy configs, the registry and the documentation's knob table (docs/policies.md) describe the same policies.
 
 Defaults live in the dataclasses (and presets in `restkv.presets`); a policy YAML holds
-``_target_`` plus what it changes, its name is the registry's name, and the README's table gives
+``_target_`` plus what it changes, its name is the registry's name, and the docs' table gives
 each knob the default the dataclass has.
 """
 
@@ -24,7 +24,7 @@ from restkv.registry import policy_defaults, resolve_policy
 
 ROOT = Path(CONFIGS) / "policy"
 CONFIG_NAMES = sorted(str(p.relative_to(ROOT).with_suffix("")) for p in ROOT.rglob("*.yaml"))
-README = Path(__file__).resolve().parents[1] / "README.md"
+POLICIES_DOC = Path(__file__).resolve().parents[1] / "docs" / "policies.md"
 
 
 def composed_policy(*overrides: str):
@@ -61,10 +61,10 @@ def test_every_knob_is_overridable_and_typed() -> None:
         composed_policy("policy=restkv", "policy.use_wo=maybe")
 
 
-def _readme_rows() -> dict[str, tuple[str, dict[str, str]]]:
-    """``policy -> (class path, {knob: default as written})`` from the README's policy table."""
+def _table_rows() -> dict[str, tuple[str, dict[str, str]]]:
+    """``policy -> (class path, {knob: default as written})`` from the docs' policy table."""
     rows = {}
-    for line in README.read_text().splitlines():
+    for line in POLICIES_DOC.read_text().splitlines():
         match = re.match(r"\| `([\w/]+)` \| `([\w.]+)` \| .* \|\s*(.*?)\s*\|$", line)
         if match:
             knobs = dict(re.findall(r"`(\w+)` \(`?([^`;:,)]+)`?", match.group(3)))
@@ -101,15 +101,17 @@ def _must_be_listed(cls: type) -> set[str]:
     return {k for k, v in own.items() if k not in shared or getattr(reference, k) != v}
 
 
-def test_readme_knob_table_matches_the_dataclasses() -> None:
-    rows = _readme_rows()
+def test_docs_knob_table_matches_the_dataclasses() -> None:
+    rows = _table_rows()
     assert sorted(rows) == policy_names()
     for name, (path, knobs) in rows.items():
         cls, _ = resolve_policy(name)
         assert path == f"{cls.__module__.rpartition('.')[0]}.{cls.__name__}", name
         defaults = policy_defaults(name)
         for knob, written in knobs.items():
-            assert knob in defaults, f"README lists {name}.{knob}, which is not a knob"
-            assert _parse(written) == defaults[knob], f"README: {name}.{knob} ({written}) vs {defaults[knob]!r}"
+            assert knob in defaults, f"docs/policies.md lists {name}.{knob}, which is not a knob"
+            assert _parse(written) == defaults[knob], (
+                f"docs/policies.md: {name}.{knob} ({written}) vs {defaults[knob]!r}"
+            )
         missing = _must_be_listed(cls) - set(knobs)
-        assert not missing, f"README's row for {name} omits {sorted(missing)}"
+        assert not missing, f"docs/policies.md's row for {name} omits {sorted(missing)}"

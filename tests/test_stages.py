@@ -116,9 +116,9 @@ def _raw_knob_reads(path: Path) -> list[str]:
     knobs = set(STAGE_KNOBS) - {"gqa"}  # gqa is the selection's own knob (`restkv.select`), read by the policy
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Attribute) and node.attr in knobs and isinstance(node.ctx, ast.Load):
-            if _is_policy(node.value):
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
+        reads = isinstance(node, ast.Attribute) and node.attr in knobs and isinstance(node.ctx, ast.Load)
+        if reads and _is_policy(node.value):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
     return found
 
 

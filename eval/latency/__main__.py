@@ -1,4 +1,4 @@
-"""``python -m restkv.eval.latency latency=<preset> [overrides]`` (in a checkout also ``python -m eval.latency``)."""
+"""``python -m restkv.eval.latency latency=<preset> [overrides]``: the efficiency benchmark's entry point."""
 
 from restkv.eval.latency.cli import main
 

@@ -66,7 +66,17 @@ def __getattr__(name: str) -> Any:
     if name == "ReSTKVPress":  # lazily: the module subclasses kvpress's ScorerPress
         require_kvpress()
         return importlib.import_module("restkv.interop.kvpress_press").ReSTKVPress
+    if name == "KVPressPolicy":  # lazily: it imports torch; kvpress only when a press is built
+        return importlib.import_module("restkv.interop.kvpress_policy").KVPressPolicy
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["EXTRA", "KVPRESS_VERSION", "KVPressMissing", "ReSTKVPress", "compression_ratio", "require_kvpress"]
+__all__ = [
+    "EXTRA",
+    "KVPRESS_VERSION",
+    "KVPressMissing",
+    "KVPressPolicy",
+    "ReSTKVPress",
+    "compression_ratio",
+    "require_kvpress",
+]

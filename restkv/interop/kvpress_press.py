@@ -30,7 +30,7 @@ from restkv.interop import kvpress_kept
 from restkv.policy import LayerInputs, Policy
 from restkv.restkv import ReSTKV
 from restkv.scoring import output_gram
-from restkv.select import reduce_groups
+from restkv.select import Budget, reduce_groups
 
 
 def model_queries(module: nn.Module, hidden_states: torch.Tensor, position_embeddings: tuple, count: int):
@@ -110,11 +110,11 @@ class ReSTKVPress(ScorerPress):
         """Scores ``[b, h_kv, L]``: the policy's for past tokens, then the window above them all."""
         length, window = keys.shape[2], self.policy.window
         keep = kvpress_kept(length, self.compression_ratio)
-        if keep <= window:
-            raise ValueError(
-                f"compression_ratio={self.compression_ratio} keeps {keep} of {length} tokens, not more than "
-                f"{type(self.policy).__name__}'s window ({window}), which is always kept"
-            )
+        try:
+            self.policy.check_budget(Budget(keep))
+        except ValueError as error:
+            ratio = self.compression_ratio
+            raise ValueError(f"compression_ratio={ratio} keeps {keep} of {length} tokens: {error}") from None
         past = self.policy.score(self.layer_inputs(module, hidden_states, keys, values, kwargs), keep).float()
         reduced = reduce_groups(past, keys.shape[1], self.policy.gqa)
         top = reduced.amax() + 1 if reduced.numel() else reduced.new_ones(())
