@@ -57,6 +57,7 @@ NAMING_KEYS = {
     "allow_skips",
     "on_change",
     "logger",
+    "decode",
 }
 """Override keys already in the folder's name, or that change no prediction; ``logger.*`` and ``hydra.*``
 (launchers included) are left out too."""

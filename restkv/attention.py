@@ -10,7 +10,7 @@ implementation, counted by users); for modules under a compressor it
 2. adapts the model's mask to a layer whose cache length differs from layer 0's (PyramidKV);
 3. computes attention over a head-wise layout: `restkv.varlen.varlen_attention` for a varlen
    layer, the model's own kernel with a per-head mask for a masked one (`restkv.layouts`), and
-   with the filled slots' mask for a static-shape one (`restkv.static`);
+   `restkv.static.static_attention` for a static-shape one (a captured decode step's);
 4. otherwise calls what would have run without it (a locally registered override, else the
    implementation's function), with ``decode_kernel='gemm'`` decode steps on CPU computed by
    `restkv.decode.decode_attention`.
@@ -31,7 +31,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.decode import can_use_decode_attention, decode_attention
 from restkv.layouts import MaskedLayer, VarlenLayer, layout_of, reader_installed
-from restkv.static import StaticLayer
+from restkv.static import StaticLayer, static_attention
 from restkv.varlen import varlen_attention
 
 ACTIVE: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
@@ -63,7 +63,7 @@ def mask_for_layer(mask: torch.Tensor, kv_length: int, q_length: int) -> torch.T
 
 def _masked_call(
     original: Callable[..., Any],
-    layer: MaskedLayer | StaticLayer,
+    layer: MaskedLayer,
     implementation: str,
     module: nn.Module,
     query,
@@ -72,7 +72,7 @@ def _masked_call(
     args,
     kwargs,
 ):
-    """The model's attention over a masked or static layer, with the layer's mask in place of the model's."""
+    """The model's attention over a masked layer, with the layer's mask in place of the model's."""
     given = args[0] if args and torch.is_tensor(args[0]) else None
     dtype = given.dtype if given is not None else (query.dtype if implementation == "eager" else torch.bool)
     mask = layer.attention_mask(query.shape[2], query.shape[1], dtype)
@@ -94,7 +94,9 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
         layout = layout_of(key)
         if isinstance(layout, VarlenLayer):
             return varlen_attention(module, query, layout, compressor.varlen_kernel, **kwargs)
-        if isinstance(layout, (MaskedLayer, StaticLayer)):
+        if isinstance(layout, StaticLayer):
+            return static_attention(original, module, query, layout, args, kwargs, implementation)
+        if isinstance(layout, MaskedLayer):
             if implementation.startswith("flash"):
                 raise NotImplementedError(
                     f"{type(layout).__name__} needs a per-slot mask, which {implementation} does not take; "

@@ -290,11 +290,11 @@ def layer_size(layer: DynamicLayer) -> LayerSize:
         return LayerSize(0, 0, 0)
     heads, length = keys.shape[1], keys.shape[2]
     row = keys.shape[3] * keys.element_size() + values.shape[3] * values.element_size()
-    if hasattr(layer, "filled_tokens"):  # a static-shape layer (restkv.static): full-size buffers, partly filled
-        filled = layer.filled_tokens
-        stored = heads * filled * row
-        return LayerSize(heads * filled, stored, _nbytes(keys, values), heads, heads * length * row,
-                         (length - filled) * heads * row, heads * row)  # fmt: skip
+    if hasattr(layer, "head_tokens"):  # a static-shape layer (restkv.static): full-size buffers, partly filled
+        tokens = layer.head_tokens
+        free = heads * length * keys.shape[0] - tokens
+        allocated = _nbytes(keys, values)
+        return LayerSize(tokens, tokens * row, allocated, heads, heads * length * row, free * row, heads * row)
     stored = heads * length * row
     free = layer.capacity - length if isinstance(layer, CompressedLayer) else 0
     buffers = (layer._key_buffer, layer._value_buffer) if isinstance(layer, CompressedLayer) else (None, None)

@@ -9,8 +9,11 @@
 #      overhead of ReST-KV and SnapKV, decode speedup and step / bandwidth bound (dynamic, preallocated and
 #      static caches; the static one's step replayed as a CUDA graph), peak memory
 #                                                                          -> results/gpu/gpu-check.json (+ plots)
-#   4. an end-to-end run of eval/run.py on a Llama-3.1-8B-shaped model with random bf16 weights: RULER at
-#      8k tokens, 4 samples, full cache / SnapKV / ReST-KV at budget 1024 -> results/gpu/e2e/
+#   4. throughput of the run path (scripts/throughput.py) on a Llama-3.1-8B-shaped model with random bf16
+#      weights: RULER at 8k and 32k, SnapKV and ReST-KV at budget 1024, eager decoding vs the recorded step
+#      (decode=graph): samples per hour, decode ms/token against the bound   -> results/gpu/throughput.json
+#   5. an end-to-end run of eval/run.py on that model: RULER at 8k tokens, 4 samples, ReST-KV at budget 1024
+#      (decode=auto: the recorded step)                                    -> results/gpu/e2e/
 # It prints one table of what passed (also results/gpu/summary.md and summary.json) and exits non-zero if
 # anything failed. Every step runs even when an earlier one fails.
 #
@@ -56,6 +59,7 @@ if [[ ${dry} == 1 ]]; then
     step efficiency "${TMPDIR:-/tmp}/restkv-efficiency/gpu-h200-tiny-cpu.json" scripts/efficiency_gpu.sh --device cpu --tiny \
         "latency.decode_caches=[dynamic,preallocated,static]"
     shape=micro-llama; shape_config=models/micro-llama/config.json; device=cpu; dtype=float32; lengths="[1024]"; budget=64
+    step throughput "${out}/throughput.json" python scripts/throughput.py --dry-run --out "${out}/throughput.json"
 else
     step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py --junitxml="${out}/pytest.xml"
     step varlen-flash "${out}/varlen-flash-check.json" python scripts/check_varlen_flash.py \
@@ -71,12 +75,15 @@ model_dir="${TMPDIR:-/tmp}/restkv-${shape}-shape"
 mkdir -p "${model_dir}"
 cp "${shape_config}" "${model_dir}/config.json"
 cp models/micro-llama/tokenizer.json models/micro-llama/tokenizer_config.json "${model_dir}/"
-for policy in full snapkv restkv; do
-    step "e2e-${policy}" "${out}/e2e" python eval/run.py model=tiny-random-llama model.path="${model_dir}" \
-        model.name="${shape}-shape" model.dtype="${dtype}" model.max_context=16384 device="${device}" \
-        bench=ruler "bench.tasks=[niah_single_1,vt]" "bench.lengths=${lengths}" limit=4 \
-        policy="${policy}" budget="${budget}" out_dir="${out}/e2e"
-done
+if [[ ${dry} == 0 ]]; then
+    step throughput "${out}/throughput.json" python scripts/throughput.py --model-dir "${model_dir}" \
+        --lengths 8192 32768 --policies snapkv restkv --budget 1024 --paths eager graph --samples 2 \
+        --out "${out}/throughput.json"
+fi
+step "e2e-restkv" "${out}/e2e" python eval/run.py model=tiny-random-llama model.path="${model_dir}" \
+    model.name="${shape}-shape" model.dtype="${dtype}" model.max_context=16384 device="${device}" \
+    bench=ruler "bench.tasks=[niah_single_1,vt]" "bench.lengths=${lengths}" limit=4 \
+    policy=restkv budget="${budget}" out_dir="${out}/e2e"
 
 python - "${out}" <<'EOF'
 import json, sys
@@ -104,6 +111,13 @@ for line in (out / "steps.tsv").read_text().splitlines():
         parts += [f"{r['cache']}: decode {r['speedup']}x faster, step/bound {r['compressed_achieved_over_bound']}"
                   for r in decode]
         detail = "; ".join(parts)
+    elif name == "throughput" and Path(result).is_file():
+        rows_ = json.loads(Path(result).read_text())["rows"]
+        detail = "; ".join(
+            f"{r['length']} {r['policy']} {r['path']}: {r['samples_per_hour']}/h, {r['decode_ms_per_token']} ms/token "
+            f"({r['decode_over_bound']}x bound){'' if r['same_tokens_as_eager'] else ', TOKENS DIFFER'}"
+            for r in rows_
+        )
     elif name.startswith("e2e-"):
         metrics = sorted(Path(result).rglob(f"{name[4:]}/*/metrics.json"))
         if metrics:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -69,3 +70,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def make_model():
     return tiny_model
+
+
+@contextlib.contextmanager
+def attention_reader():
+    """As if a compressor's attention function were installed (it reads head-wise and static layers)."""
+    from restkv.layouts import reader_installed
+
+    reader_installed(+1)
+    try:
+        yield
+    finally:
+        reader_installed(-1)

@@ -205,3 +205,39 @@ def test_a_captured_decode_step_replays_the_eager_steps(arch):
     for stored, eager in zip(static.layers, cache.layers, strict=True):  # the last layer sees every mask error
         torch.testing.assert_close(stored.keys[:, :, : 64 + 8], eager.keys, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(stored.values[:, :, : 64 + 8], eager.values, rtol=1e-4, atol=1e-4)
+
+
+RECORDED_CASES = [("snapkv", "auto"), ("full", "auto"), ("adakv", "auto"), ("adakv", "masked")]
+"""Dense compressed, the full cache, head-wise varlen and head-wise masked caches."""
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize(("policy", "layout"), RECORDED_CASES)
+def test_the_recorded_decode_step_gives_the_eager_logits_and_tokens(arch, policy, layout):
+    """``decode=graph`` (the step recorded once and replayed) against the eager loop, in float32: the same greedy
+    tokens, and a replayed step's logits equal to the eager step's from the same cache."""
+    from restkv.eval.evaluation.decoding import answer
+    from restkv.eval.evaluation.prompting import PromptTokens
+    from restkv.graphs import decode_static, static_form
+
+    model = tiny_model(arch).to(CUDA)
+    prompt = PromptTokens(context=[i * 7 % 120 + 3 for i in range(300)], query=[5, 9])
+    path = "graph" if CUDA.type == "cuda" else "static"
+    with compress(model, get_policy(policy, window=8), 64, layout=layout) as compressor:
+        eager = answer(model, prompt, compressor, "query_aware", 16, set(), "eager")
+        recorded = answer(model, prompt, compressor, "query_aware", 16, set(), path)
+        assert recorded.decode_path == path and recorded.tokens == eager.tokens
+        with torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            ids = torch.tensor([prompt.context + prompt.query], device=CUDA)
+            first = model(input_ids=ids, cache=cache, logits_to_keep=1).logits[0, -1]
+            contents = static_form(cache)
+            token = first.argmax().view(1, 1)
+            position = torch.tensor([[len(ids[0])]], device=CUDA)
+            expected = model(input_ids=token, cache=cache, position_ids=position).logits[0, -1].float()
+            decoded = decode_static(model, contents, first, len(ids[0]), 2, set(), 1, record=path == "graph")
+    assert decoded.forwards == 1
+    from restkv.graphs import _DECODERS
+
+    (decoder,) = [d for d in _DECODERS.values() if d.model() is model][-1:]
+    torch.testing.assert_close(decoder.logits, expected, rtol=1e-4, atol=1e-4)

@@ -3,10 +3,9 @@ reserve, fidelity references in bounded host memory, ``model.device_map`` and un
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
+from conftest import attention_reader
 from transformers import DynamicCache
 
 import restkv.eval.evaluation.decoding as generation
@@ -22,18 +21,6 @@ from restkv.eval.models.spec import ModelSpec
 from restkv.registry import get_policy
 
 CPU = torch.device("cpu")
-
-
-@contextlib.contextmanager
-def _reader():
-    """As if a compressor's attention function were installed (it reads static layers)."""
-    from restkv.layouts import reader_installed
-
-    reader_installed(+1)
-    try:
-        yield
-    finally:
-        reader_installed(-1)
 
 
 def reference_answer(model, prompt: PromptTokens, budget: int, max_new_tokens: int, eos: set[int]) -> list[int]:
@@ -193,7 +180,7 @@ def test_a_static_layer_refuses_a_prefill():
     from restkv.static import StaticLayer
 
     layer = StaticLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), spare=2)
-    with pytest.raises(NotImplementedError, match="a static layer decodes one token a step; got 3"), _reader():
+    with pytest.raises(NotImplementedError, match="a static layer decodes one token a step; got 3"), attention_reader():
         layer.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
 
 
@@ -211,9 +198,10 @@ def test_a_static_layer_is_read_only_by_restkv_attention(make_model):
     with pytest.raises(RuntimeError, match="only restkv's attention"):
         layer.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
     cache = DynamicCache(config=make_model("llama").config)
-    cache.layers[0] = CompressedLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), repeat=2)
-    with pytest.raises(NotImplementedError, match="layer 0 repeats key/value heads"):
+    cache.layers[0] = CompressedLayer(torch.randn(1, 4, 5, 4), torch.randn(1, 4, 5, 4), repeat=2)
+    with pytest.raises(ValueError, match="layer 1: the layer holds no tokens yet"):
         to_static(cache, 2)
+    assert cache.layers[0].repeat == 2  # gqa='expand': converted, incoming heads repeated as before
 
 
 def test_static_decoding_leaves_the_host_count_right(make_model):

@@ -93,6 +93,13 @@ def test_pipeline_end_to_end_with_memory_and_plots(tmp_path: Path) -> None:
 def test_synthetic_decode_says_so(tmp_path: Path) -> None:
     record = run(tiny_settings(tmp_path, prefill=False, memory=False, decode_profile=True, plots=False), "test")
     assert record["prefill"] == [] and len(record["decode"]) == 4  # full and budget 40, both cache kinds
+    fastest_full = min((e for e in record["decode"] if e["budget"] is None), key=lambda e: e["ms_per_token_median"])
+    for row in (r for r in record["ratios"]["decode"] if "speedup_vs_best_full" in r):  # against the best full kind
+        compressed = next(e for e in record["decode"] if e["budget"] == row["budget"] and e["cache"] == row["cache"])
+        assert row["best_full_cache"] == fastest_full["cache"]
+        assert row["speedup_vs_best_full"] == pytest.approx(
+            fastest_full["ms_per_token_median"] / compressed["ms_per_token_median"], rel=1e-3
+        )
     assert any("synthetic" in note for note in record["notes"])
     assert all(e["fill"] == "synthetic" and e["peak_memory_bytes"] is None for e in record["decode"])
     assert all(e["profile_top_ops"] for e in record["decode"])

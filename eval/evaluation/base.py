@@ -36,6 +36,8 @@ class Session:
     compressor: Compressor
     protocol: str
     eos_ids: set[int]
+    decode: str = "eager"
+    """How greedy answers are decoded (`restkv.graphs.DECODE_PATHS`); every path gives the same tokens."""
 
 
 class Evaluation(Protocol):

@@ -11,6 +11,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.prompting import PromptTokens
+from restkv.graphs import DECODE_PATHS, decode_static, static_form
 from restkv.integrate import KVCompressor
 
 PROTOCOLS = ("query_aware", "query_agnostic")
@@ -32,6 +33,35 @@ class Answer:
     decode_steps: int = 0
     """Decode forwards run (``decode_seconds`` is their time): one per answer token after the first
     (the prefill gives the first), plus those run past an EOS before the host looked (`STOP_CHECK_STEPS`)."""
+    decode_path: str = "eager"
+    """How the tokens were decoded (`restkv.graphs.DECODE_PATHS`): ``eager``, ``static`` or ``graph``."""
+
+
+def check_decode(decode: str, device: torch.device) -> None:
+    """Refuse, before any work, a decode path that cannot run here (naming the setting)."""
+    if decode not in DECODE_PATHS:
+        raise ValueError(f"decode={decode!r} is not allowed; choose one of: {', '.join(DECODE_PATHS)}")
+    if decode == "graph" and device.type != "cuda":
+        raise ValueError(
+            f"decode=graph records the decode step as a CUDA graph; this run's device is {device.type!r}: run on a "
+            "GPU (device=cuda), or use decode=static (the same step, run eagerly) or decode=auto"
+        )
+
+
+def _path(decode: str, cache: DynamicCache, device: torch.device) -> tuple[str, list | None]:
+    """The path that decodes ``cache`` for the setting ``decode`` and the cache's static form (None for eager).
+
+    ``auto`` records on CUDA where every layer has a static form, else decodes eagerly; ``static`` and
+    ``graph`` refuse a cache without one (quantized layers), naming the way out."""
+    if decode == "eager" or (decode == "auto" and device.type != "cuda"):
+        return "eager", None
+    try:
+        contents = static_form(cache)
+    except NotImplementedError as error:
+        if decode == "auto":
+            return "eager", None
+        raise NotImplementedError(f"decode={decode}: {error} (decode=auto or eager decodes it)") from None
+    return ("graph" if decode in ("auto", "graph") else "static"), contents
 
 
 def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):
@@ -79,11 +109,14 @@ def answer(
     protocol: str,
     max_new_tokens: int,
     eos_ids: set[int],
+    decode: str = "eager",
 ) -> Answer:
     """Prefill (evicting at its end), then greedy decoding until EOS or ``max_new_tokens``.
 
     Decoding keeps its tokens and positions on the model's device and reads the stop flag every
-    `STOP_CHECK_STEPS` steps; every device the model uses is synchronised around each timer.
+    `STOP_CHECK_STEPS` steps; every device the model uses is synchronised around each timer. ``decode``
+    (`restkv.graphs.DECODE_PATHS`) picks the model's own loop or the static step (recorded on CUDA); every
+    path gives the eager loop's tokens.
     """
     devices = model_devices(model)
     compressor.reserve_decode(max_new_tokens)
@@ -94,12 +127,20 @@ def answer(
     prefill_seconds = time.perf_counter() - start
 
     start = time.perf_counter()
-    generated, forwards = _greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
+    path, contents = _path(decode, cache, logits.device)
+    if contents is None:
+        generated, forwards = _greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
+    else:
+        every = STOP_CHECK_STEPS.get(logits.device.type, DEFAULT_STOP_CHECK_STEPS)
+        decoded = decode_static(
+            model, contents, logits, prompt.length, max_new_tokens, eos_ids, every, record=path == "graph"
+        )
+        generated, forwards = decoded.tokens, decoded.forwards
     synchronize(*devices)
     seconds = time.perf_counter() - start
     tokens = generated.tolist()
     ends = [index for index, token in enumerate(tokens) if token in eos_ids]
-    return Answer(tokens[: ends[0]] if ends else tokens, prefill_seconds, seconds, kept_tokens, forwards)
+    return Answer(tokens[: ends[0]] if ends else tokens, prefill_seconds, seconds, kept_tokens, forwards, path)
 
 
 def _greedy(

@@ -24,7 +24,13 @@ class Generate:
         for gpu in gpus:
             torch.cuda.reset_peak_memory_stats(gpu)
         reply = answer(
-            session.model, prompt, session.compressor, session.protocol, sample.max_new_tokens, session.eos_ids
+            session.model,
+            prompt,
+            session.compressor,
+            session.protocol,
+            sample.max_new_tokens,
+            session.eos_ids,
+            session.decode,
         )
         prediction = session.tokenizer.decode(reply.tokens, skip_special_tokens=True)
         measured = {"peak_memory_bytes": sum(torch.cuda.max_memory_allocated(g) for g in gpus)} if gpus else {}
@@ -36,6 +42,7 @@ class Generate:
             "decode_seconds": round(reply.decode_seconds, 4),
             "new_tokens": len(reply.tokens),
             "decode_steps": reply.decode_steps,
+            "decode_path": reply.decode_path,
             **measured,  # CUDA only: the sample's peak allocated memory (weights included), over the model's GPUs
         }
 

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 IDENTITY = "identity.json"
-NOT_IDENTITY = ("out_dir", "limit", "device", "allow_skips", "on_change", "hydra", "logger")
-"""Top-level config keys that do not change any prediction (``logger``: where finished runs are also logged)."""
+NOT_IDENTITY = ("out_dir", "limit", "device", "allow_skips", "on_change", "hydra", "logger", "decode")
+"""Top-level config keys that do not change any prediction (``logger``: where finished runs are also logged;
+``decode``: how greedy tokens are computed, every path giving the same ones)."""
 
 
 class IdentityMismatch(RuntimeError):

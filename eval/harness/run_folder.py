@@ -35,8 +35,9 @@ METRICS = "metrics.json"
 LOCK = ".lock"
 REQUIRED_FIELDS = ("id", "task", "score")
 # Measured, not computed: a sample redone after a kill has other timings but the same result.
-TIMING_FIELDS = ("prefill_seconds", "decode_seconds", "decode_steps", "peak_memory_bytes")
-"""Fields that depend on the machine (decode steps run past an EOS depend on the device type)."""
+TIMING_FIELDS = ("prefill_seconds", "decode_seconds", "decode_steps", "peak_memory_bytes", "decode_path")
+"""Fields that depend on the machine (decode steps run past an EOS depend on the device type; which decode path
+ran, on whether a GPU recorded the step): a sample redone elsewhere has others, the same result."""
 
 
 class RunFolderError(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from restkv import Budget, compress
 from restkv.devices import pick_device
 from restkv.eval.benchmarks.sample import Sample
 from restkv.eval.evaluation import Evaluation, Session
+from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import PredictionLog, RunLock, format_table, run_folder, summarize, write_metrics
@@ -90,6 +92,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     spec = model_spec(cfg.model)
     check_model(spec)
     device = pick_device(cfg.device)
+    check_decode(cfg.get("decode", "auto"), device)
     check_attention_backend(spec, device.type)
     check_device_map(spec.device_map, device)
     budget = Budget(cfg.budget)
@@ -176,7 +179,7 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
     bar = tqdm(todo, desc=title, unit="sample", dynamic_ncols=True)
     layout = cfg.get("layout", "auto")
     with compress(model, plan.policy, plan.budget, layout=layout, quantization=plan.quantization) as compressor:
-        session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos)
+        session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos, cfg.get("decode", "auto"))
         for sample in bar:
             prompt = tokenize(sample, plan.tokenizer, spec.chat_template, spec.max_context)
             outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
@@ -209,12 +212,19 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         ran={"tasks": task_order, "samples": len(records), "limit": cfg.limit},
         skipped=plan.skipped,
         cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
+        decode=decode_summary(records, cfg.get("decode", "auto")),
     )
     extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
     if extra is not None:
         summary.update(extra(records, folder))
     summary.update(plan.evaluation.report(records))
     return summary
+
+
+def decode_summary(records: list[dict[str, Any]], setting: str) -> dict[str, Any]:
+    """The ``decode`` setting and how many samples each path decoded (a resumed run may mix machines)."""
+    paths = Counter(r["decode_path"] for r in records if "decode_path" in r)
+    return {"setting": setting, "paths": dict(sorted(paths.items()))}
 
 
 ADDED_SETTINGS = {"layout": "auto", "quantization": asdict(Quantization())}
