@@ -165,3 +165,39 @@ def test_a_static_layer_grows_each_head_in_place():
     assert layer.lengths.tolist() == [[4, 6]] and layer.keys.data_ptr() == before
     assert torch.equal(layer.keys[0, 0, 3], new[0, 0, 0]) and torch.equal(layer.keys[0, 1, 5], new[0, 1, 0])
     assert layer.head_tokens == 10 and layer.filled_tokens == 6
+
+
+@pytest.mark.parametrize(
+    ("name", "layout"), [("snapkv", "auto"), ("adakv", "auto"), ("adakv", "masked"), ("full", "auto")]
+)
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_the_static_step_answers_as_the_eager_loop_under_eager_attention(make_model, arch, name, layout):
+    model = make_model(arch, attn="eager")
+    policy = get_policy(name, window=8)
+    eager = decoded(model, policy, layout, "query_aware", "eager", set())
+    assert decoded(model, policy, layout, "query_aware", "static", set()).tokens == eager.tokens
+
+
+def test_a_run_records_its_decode_path_and_predicts_the_same(tmp_path):
+    """``eval/run.py``: ``decode`` is not part of the identity (one folder), predictions are equal timing aside."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from restkv.eval.harness.run_folder import TIMING_FIELDS
+
+    root = Path(__file__).resolve().parents[1]
+    base = [sys.executable, "eval/run.py", "bench=micro", "bench.lengths=[1024]", "limit=3", "budget=64"]
+    records, folders = {}, set()
+    for decode in ("eager", "static"):
+        out = tmp_path / decode
+        run = subprocess.run([*base, f"decode={decode}", f"out_dir={out}"], cwd=root, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+        (metrics,) = out.rglob("metrics.json")
+        assert json.loads(metrics.read_text())["decode"] == {"setting": decode, "paths": {decode: 3}}
+        lines = (metrics.parent / "predictions.jsonl").read_text().splitlines()
+        records[decode] = [{k: v for k, v in json.loads(line).items() if k not in TIMING_FIELDS} for line in lines]
+        folders.add(metrics.parent.relative_to(out))
+    assert records["eager"] == records["static"]
+    assert len(folders) == 1  # decode is not in the folder's name
