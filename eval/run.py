@@ -58,6 +58,7 @@ NAMING_KEYS = {
     "on_change",
     "logger",
     "decode",
+    "decode_batch",
 }
 """Override keys already in the folder's name, or that change no prediction; ``logger.*`` and ``hydra.*``
 (launchers included) are left out too."""

@@ -60,50 +60,76 @@ class Decoded:
 
 
 class StaticDecoder:
-    """Static buffers, the step over them and, on CUDA, its recording: one per model and signature."""
+    """Static buffers for ``rows`` prompts, the step over them and, on CUDA, its recording: one per model and
+    signature. Each row has its own tokens, positions, write index and EOS flag; a step advances every row."""
 
     def __init__(
-        self, model: PreTrainedModel, contents: list[dict[str, Any]], max_steps: int, eos: list[int], record: bool
+        self,
+        model: PreTrainedModel,
+        contents: list[dict[str, Any]],
+        max_steps: int,
+        eos: list[int],
+        record: bool,
+        rows: int = 1,
+        slack: int = 0,
     ) -> None:
         device = model.device
         self.model = weakref.ref(model)
         self.cache = DynamicCache(config=model.config)
-        capacities = [capacity(c, max_steps) for c in contents]
-        self.cache.layers = [StaticLayer(capacity=cap, **c) for c, cap in zip(contents, capacities, strict=True)]
-        self.kernel = "auto"
-        self.ids = torch.zeros((1, 1), dtype=torch.long, device=device)
-        self.positions = torch.zeros((1, 1), dtype=torch.long, device=device)
-        self.generated = torch.zeros(max_steps + RECORDING_STEPS, dtype=torch.long, device=device)
-        self.index = torch.zeros(1, dtype=torch.long, device=device)
-        self.ended = torch.zeros((), dtype=torch.bool, device=device)
-        self.logits = torch.zeros(model.config.vocab_size, dtype=torch.float32, device=device)
-        """The last step's logits (for checks of a recorded step against the eager one)."""
+        self.capacities = [capacity(c, max_steps + slack) for c in contents]
+        self.cache.layers = [
+            StaticLayer(capacity=cap, rows=rows, **c) for c, cap in zip(contents, self.capacities, strict=True)
+        ]
+        self.ids = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.positions = torch.zeros((rows, 1), dtype=torch.long, device=device)
+        self.width = max_steps + slack + RECORDING_STEPS
+        self.generated = torch.zeros((rows, self.width), dtype=torch.long, device=device)
+        self.index = torch.zeros(rows, dtype=torch.long, device=device)
+        self.ended = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.logits = torch.zeros((rows, model.config.vocab_size), dtype=torch.float32, device=device)
+        """The last step's logits per row (for checks of a recorded step against the eager one)."""
         self.eos = torch.tensor(eos, dtype=torch.long, device=device)
         self.record = record
         self.graph: Any = None
 
-    def load(self, contents: list[dict[str, Any]], first: torch.Tensor, position: int) -> None:
-        """A new prompt: its evicted cache into the buffers, its first token (from the prefill) as step 0."""
+    @property
+    def rows(self) -> int:
+        return self.ids.shape[0]
+
+    def fits(self, contents: list[dict[str, Any]], max_steps: int) -> bool:
+        """Whether a prompt of these contents, answering up to ``max_steps`` tokens, fits a row of this decoder."""
+        if len(contents) != len(self.cache.layers) or max_steps + RECORDING_STEPS > self.width:
+            return False
+        for layer, cap, c in zip(self.cache.layers, self.capacities, contents, strict=True):
+            same = c["keys"].shape[1] == layer.heads and c["repeat"] == layer.repeat
+            same = same and c["keys"].dtype == layer.dtype and (c["visible"] is None) == (layer.visible is None)
+            if not same or max(c["lengths"]) + max_steps + RECORDING_STEPS > cap:
+                return False
+        return True
+
+    def load(self, contents: list[dict[str, Any]], first: torch.Tensor, position: int, row: int = 0) -> None:
+        """A new prompt in ``row``: its evicted cache into the buffers, its first token (from the prefill) as step 0."""
         for layer, content in zip(self.cache.layers, contents, strict=True):
-            layer.load(content["keys"], content["values"], content["lengths"], content["visible"])
-        self.ids.copy_(first.view(1, 1))
-        self.positions.fill_(position)
-        self.generated.zero_()
-        self.generated[0] = first
-        self.index.fill_(1)
-        self.ended.copy_(torch.isin(first, self.eos))
+            layer.load(content["keys"], content["values"], content["lengths"], content["visible"], row)
+        self.ids[row].copy_(first.view(1))
+        self.positions[row].fill_(position)
+        self.generated[row].zero_()
+        self.generated[row, 0] = first
+        self.index[row] = 1
+        self.ended[row] = torch.isin(first, self.eos)
 
     def step(self) -> None:
-        """One token: the forward of the current one, the next written at ``index``, the flag and position advanced."""
+        """One token per row: the forward of the current ones, the next written at each row's ``index``, the flags
+        and positions advanced (a finished row goes on until it is loaded again; its writes stay in bounds)."""
         model = self.model()
         assert model is not None, "the model of this decoder is gone"
         out = model(input_ids=self.ids, cache=self.cache, position_ids=self.positions, use_cache=True, logits_to_keep=1)
-        logits = out.logits[0, -1]
+        logits = out.logits[:, -1]
         self.logits.copy_(logits)
-        token = logits.argmax()
-        self.generated.index_copy_(0, self.index, token.view(1))
-        self.ended |= torch.isin(token, self.eos)
-        self.ids.copy_(token.view(1, 1))
+        tokens = logits.argmax(dim=-1)
+        self.generated.scatter_(1, self.index.clamp(max=self.width - 1)[:, None], tokens[:, None])
+        self.ended |= torch.isin(tokens, self.eos)
+        self.ids.copy_(tokens[:, None])
         self.positions.add_(1)
         self.index.add_(1)
 
@@ -122,16 +148,21 @@ class StaticDecoder:
         with torch.cuda.graph(self.graph):
             self.step()
 
+    def advance(self) -> None:
+        """One step of every row: replayed when recorded, else run."""
+        self.graph.replay() if self.graph is not None else self.step()
+
     def decode(self, max_new_tokens: int, check_every: int) -> Decoded:
-        """Tokens after the loaded first one, stopping at a check where an EOS has come (as the eager loop does)."""
+        """Row 0's tokens after its loaded first one, stopping at a check where an EOS has come (as the eager loop
+        does; one prompt at a time)."""
         forwards = 0
         for step in range(max_new_tokens):
-            if ((step + 1) % check_every == 0 or step + 1 == max_new_tokens) and bool(self.ended):
-                return Decoded(self.generated[: step + 1], forwards)
+            if ((step + 1) % check_every == 0 or step + 1 == max_new_tokens) and bool(self.ended[0]):
+                return Decoded(self.generated[0, : step + 1], forwards)
             if step + 1 < max_new_tokens:
-                self.graph.replay() if self.graph is not None else self.step()
+                self.advance()
                 forwards += 1
-        return Decoded(self.generated[:max_new_tokens], forwards)
+        return Decoded(self.generated[0, :max_new_tokens], forwards)
 
     def sync_host_lengths(self) -> None:
         for layer in self.cache.layers:

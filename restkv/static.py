@@ -46,11 +46,13 @@ STATIC_KERNELS = ("auto", "exact", "masked", "flash")
 
 
 class StaticLayer(DynamicLayer):
-    """``keys``/``values`` ``[b, h, capacity, d]``; ``lengths`` ``[b, h]`` (device) counts each row's filled slots.
+    """``keys``/``values`` ``[rows, h, capacity, d]``; ``lengths`` ``[rows, h]`` (device): each head's filled slots.
 
-    ``visible`` (optional, boolean ``[b, mask_heads, capacity]``) hides evicted positions of a masked
-    layout; ``repeat`` repeats incoming key/value heads to the stored ones (``gqa='expand'``).
-    ``kernel`` is the attention that reads it (`STATIC_KERNELS`; the decoder sets it).
+    Each row holds one prompt (a batch decodes several, `restkv.graphs`); ``visible`` (optional, boolean
+    ``[rows, mask_heads, capacity]``) hides evicted positions of a masked layout; ``repeat`` repeats incoming
+    key/value heads to the stored ones (``gqa='expand'``). ``kernel`` is the attention that reads it
+    (`STATIC_KERNELS`; the decoder sets it). A row that goes on decoding past its capacity (a finished row of a
+    batch waiting for the others) keeps overwriting its last slot.
     """
 
     def __init__(
@@ -62,9 +64,11 @@ class StaticLayer(DynamicLayer):
         lengths: list[int] | None = None,
         visible: torch.Tensor | None = None,
         repeat: int = 1,
+        rows: int | None = None,
     ) -> None:
         super().__init__()
         b, h, n, d = keys.shape
+        rows = b if rows is None else rows
         capacity = n + spare if capacity is None else capacity
         host = [n] * h if lengths is None else list(lengths)
         if capacity < max(host) + 1:
@@ -72,31 +76,48 @@ class StaticLayer(DynamicLayer):
         self.dtype, self.device = keys.dtype, keys.device
         self.is_initialized = True
         self.repeat, self.kernel = repeat, "auto"
-        self.keys = keys.new_zeros((b, h, capacity, d))
-        self.values = values.new_zeros((b, h, capacity, values.shape[-1]))
-        self.lengths = torch.tensor([host] * b, dtype=torch.long, device=keys.device)
+        self.keys = keys.new_zeros((rows, h, capacity, d))
+        self.values = values.new_zeros((rows, h, capacity, values.shape[-1]))
+        self.lengths = torch.zeros((rows, h), dtype=torch.long, device=keys.device)
+        self._host_lengths = [[0] * h for _ in range(rows)]
         self.visible = None
         if visible is not None:
-            self.visible = torch.ones((b, visible.shape[1], capacity), dtype=torch.bool, device=keys.device)
+            self.visible = torch.ones((rows, visible.shape[1], capacity), dtype=torch.bool, device=keys.device)
         self._slots = torch.arange(capacity, device=keys.device)
-        self.load(keys, values, host, visible)
+        for row in range(b):
+            self.load(
+                keys[row : row + 1],
+                values[row : row + 1],
+                host,
+                None if visible is None else visible[row : row + 1],
+                row,
+            )
         register_layout(self.keys, self)
 
     def load(
-        self, keys: torch.Tensor, values: torch.Tensor, lengths: list[int], visible: torch.Tensor | None = None
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        lengths: list[int],
+        visible: torch.Tensor | None = None,
+        row: int = 0,
     ) -> None:
-        """Put another prompt's keys/values ``[b, h, n, d]`` (each head's ``lengths[h]`` first slots) into the
-        buffers, in place (a recorded step keeps reading the same buffers)."""
+        """Put a prompt's keys/values ``[1, h, n, d]`` (each head's ``lengths[h]`` first slots) into ``row``, in place
+        (a recorded step keeps reading the same buffers)."""
         n = keys.shape[2]
-        self.keys[:, :, :n].copy_(keys)
-        self.values[:, :, :n].copy_(values)
-        self.lengths.copy_(torch.tensor(lengths, device=self.device).expand_as(self.lengths))
+        if n > self.capacity or len(lengths) != self.heads:
+            raise ValueError(f"a row of {self.heads} heads x {self.capacity} slots cannot hold {len(lengths)} x {n}")
+        self.keys[row, :, :n].copy_(keys[0])
+        self.values[row, :, :n].copy_(values[0])
+        self.keys[row, :, n:].zero_()  # no stale value of the row's last prompt is ever read, even times a zero weight
+        self.values[row, :, n:].zero_()
+        self.lengths[row].copy_(torch.tensor(lengths, device=self.device))
         if (visible is None) != (self.visible is None):
             raise ValueError("a static layer's visibility mask cannot be added or dropped by a load")
         if visible is not None and self.visible is not None:
-            self.visible.fill_(True)
-            self.visible[..., : visible.shape[-1]].copy_(visible)
-        self._host_lengths = list(lengths)
+            self.visible[row].fill_(True)
+            self.visible[row, :, : visible.shape[-1]].copy_(visible[0])
+        self._host_lengths[row] = list(lengths)
 
     @property
     def capacity(self) -> int:
@@ -107,6 +128,10 @@ class StaticLayer(DynamicLayer):
         return self.keys.shape[1]
 
     @property
+    def rows(self) -> int:
+        return self.keys.shape[0]
+
+    @property
     def length(self) -> torch.Tensor:
         """The longest row's filled slots, on the device (one value for a dense layer)."""
         return self.lengths.amax()
@@ -114,17 +139,21 @@ class StaticLayer(DynamicLayer):
     @property
     def uniform(self) -> bool:
         """Whether every head holds the same number of tokens and none is hidden (a dense layer)."""
-        return self.visible is None and len(set(self._host_lengths)) == 1
+        return self.visible is None and all(len(set(row)) == 1 for row in self._host_lengths)
 
     @property
     def filled_tokens(self) -> int:
         """The longest head's filled slots, as counted on the host (`restkv.layouts.layer_size`)."""
-        return max(self._host_lengths)
+        return max(max(row) for row in self._host_lengths)
 
     @property
     def head_tokens(self) -> int:
-        """Tokens held summed over heads (and rows), as counted on the host."""
-        return sum(self._host_lengths) * self.keys.shape[0]
+        """Tokens held summed over heads and rows, as counted on the host."""
+        return sum(sum(row) for row in self._host_lengths)
+
+    def row_lengths(self, row: int) -> list[int]:
+        """``row``'s filled slots per head, as counted on the host."""
+        return self._host_lengths[row]
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
@@ -135,22 +164,22 @@ class StaticLayer(DynamicLayer):
         if self.repeat > 1:
             key_states = key_states.repeat_interleave(self.repeat, dim=1)
             value_states = value_states.repeat_interleave(self.repeat, dim=1)
-        at = self.lengths[:, :, None, None]
+        at = self.lengths.clamp(max=self.capacity - 1)[:, :, None, None]
         self.keys.scatter_(2, at.expand(*at.shape[:2], 1, self.keys.shape[-1]), key_states)
         self.values.scatter_(2, at.expand(*at.shape[:2], 1, self.values.shape[-1]), value_states)
-        self.lengths.add_(1)
-        self._host_lengths = [n + 1 for n in self._host_lengths]
+        self.lengths.add_(1).clamp_(max=self.capacity)
+        self._host_lengths = [[min(n + 1, self.capacity) for n in row] for row in self._host_lengths]
         return self.keys, self.values
 
     def filled_mask(self) -> torch.Tensor:
-        """Boolean ``[b, mask_heads, 1, capacity]``: the slots each head attends to (the new token's included)."""
-        filled = self._slots < self.lengths[:, :, None]  # [b, h, capacity]
+        """Boolean ``[rows, mask_heads, 1, capacity]``: the slots each head attends to (the new token's included)."""
+        filled = self._slots < self.lengths[:, :, None]  # [rows, h, capacity]
         if self.visible is not None:
             filled = filled[:, :1] & self.visible if filled.shape[1] != self.visible.shape[1] else filled & self.visible
         return filled[:, :, None, :]
 
     def attention_mask(self, query_length: int, query_heads: int, dtype: torch.dtype) -> torch.Tensor:
-        """The mask of the model's own kernel (``exact`` over a masked layout): ``[b, query_heads, 1, capacity]``,
+        """The mask of the model's own kernel (``exact`` over a masked layout): ``[rows, query_heads, 1, capacity]``,
         boolean for ``torch.bool``, else additive in ``dtype``."""
         mask = self.filled_mask()
         if mask.shape[1] not in (1, query_heads):
@@ -168,7 +197,7 @@ class StaticLayer(DynamicLayer):
 
     def sync_host_length(self) -> None:
         """Set the host's counts from the device's (one read): after replays, which the host does not see."""
-        self._host_lengths = self.lengths[0].tolist()
+        self._host_lengths = self.lengths.tolist()
 
 
 def static_contents(layer: DynamicLayer) -> dict[str, Any]:
@@ -299,6 +328,12 @@ def exact_static_attention(
     layer, the varlen reference per head, the model's kernel with the layer's mask for a masked layout."""
     from restkv.varlen import reference_attention
 
+    if layer.rows > 1:  # one row at a time over its own filled slots, as each prompt alone
+        rows = [
+            exact_static_attention(original, module, query[r : r + 1], _RowView(layer, r), args, kwargs, implementation)
+            for r in range(layer.rows)
+        ]
+        return torch.cat(rows)
     scaling = kwargs.get("scaling") or query.shape[-1] ** -0.5
     if layer.visible is None and not layer.uniform:
         return reference_attention(query, _HeadViews(layer), scaling)
@@ -323,7 +358,7 @@ def exact_static_attention(
 
 
 class _HeadViews:
-    """A static layer's heads as the varlen reference reads them (`restkv.varlen.reference_attention`)."""
+    """A one-row static layer's heads as the varlen reference reads them (`restkv.varlen.reference_attention`)."""
 
     def __init__(self, layer: StaticLayer) -> None:
         self.layer = layer
@@ -331,7 +366,32 @@ class _HeadViews:
 
     def head_states(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         keys, values = self.layer.keys[0], self.layer.values[0]
-        return [(keys[h, :n], values[h, :n]) for h, n in enumerate(self.layer._host_lengths)]
+        return [(keys[h, :n], values[h, :n]) for h, n in enumerate(self.layer.row_lengths(0))]
+
+
+class _RowView:
+    """One row of a static layer, seen as a one-row layer (the ``exact`` kernel over a batch)."""
+
+    def __init__(self, layer: StaticLayer, row: int) -> None:
+        self.keys, self.values = layer.keys[row : row + 1], layer.values[row : row + 1]
+        self.visible = None if layer.visible is None else layer.visible[row : row + 1]
+        self.lengths = layer.lengths[row : row + 1]
+        self._lengths, self._slots = layer.row_lengths(row), layer._slots
+        self.heads, self.rows, self.capacity = layer.heads, 1, layer.capacity
+
+    def row_lengths(self, row: int) -> list[int]:
+        return self._lengths
+
+    @property
+    def uniform(self) -> bool:
+        return self.visible is None and len(set(self._lengths)) == 1
+
+    @property
+    def filled_tokens(self) -> int:
+        return max(self._lengths)
+
+    filled_mask = StaticLayer.filled_mask
+    attention_mask = StaticLayer.attention_mask
 
 
 def static_attention(

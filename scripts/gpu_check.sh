@@ -11,7 +11,8 @@
 #                                                                          -> results/gpu/gpu-check.json (+ plots)
 #   4. throughput of the run path (scripts/throughput.py) on a Llama-3.1-8B-shaped model with random bf16
 #      weights: RULER at 8k and 32k, SnapKV and ReST-KV at budget 1024, eager decoding vs the recorded step
-#      (decode=graph): samples per hour, decode ms/token against the bound   -> results/gpu/throughput.json
+#      (decode=graph): samples per hour, decode ms/token against the bound; then ReST-KV at 8k with 1, 8
+#      and 32 prompts per decode step (decode_batch), 32 prompts        -> results/gpu/throughput.json
 #   5. an end-to-end run of eval/run.py on that model: RULER at 8k tokens, 4 samples, ReST-KV at budget 1024
 #      (decode=auto: the recorded step)                                    -> results/gpu/e2e/
 # It prints one table of what passed (also results/gpu/summary.md and summary.json) and exits non-zero if
@@ -78,7 +79,7 @@ cp models/micro-llama/tokenizer.json models/micro-llama/tokenizer_config.json "$
 if [[ ${dry} == 0 ]]; then
     step throughput "${out}/throughput.json" python scripts/throughput.py --model-dir "${model_dir}" \
         --lengths 8192 32768 --policies snapkv restkv --budget 1024 --paths eager graph --samples 2 \
-        --out "${out}/throughput.json"
+        --batches 1 8 32 --batch-lengths 8192 --batch-samples 32 --out "${out}/throughput.json"
 fi
 step "e2e-restkv" "${out}/e2e" python eval/run.py model=tiny-random-llama model.path="${model_dir}" \
     model.name="${shape}-shape" model.dtype="${dtype}" model.max_context=16384 device="${device}" \
@@ -112,11 +113,16 @@ for line in (out / "steps.tsv").read_text().splitlines():
                   for r in decode]
         detail = "; ".join(parts)
     elif name == "throughput" and Path(result).is_file():
-        rows_ = json.loads(Path(result).read_text())["rows"]
+        measured = json.loads(Path(result).read_text())
         detail = "; ".join(
             f"{r['length']} {r['policy']} {r['path']}: {r['samples_per_hour']}/h, {r['decode_ms_per_token']} ms/token "
             f"({r['decode_over_bound']}x bound){'' if r['same_tokens_as_eager'] else ', TOKENS DIFFER'}"
-            for r in rows_
+            for r in measured["rows"]
+        )
+        detail += "; " + "; ".join(
+            f"{r['length']} {r['policy']} decode_batch={r['decode_batch']}: {r['samples_per_hour']}/h"
+            f"{'' if r['same_answers_as_first'] else ', ANSWERS DIFFER'}"
+            for r in measured.get("batched", [])
         )
     elif name.startswith("e2e-"):
         metrics = sorted(Path(result).rglob(f"{name[4:]}/*/metrics.json"))

@@ -6,7 +6,9 @@ policy and decode path (``eager``: the model's own loop; ``graph``: the step rec
 configuration first answers one untimed prompt (warm-up, and the recording for ``graph``). Reported per
 row: mean prefill and decode seconds per sample, samples per hour, decode ms per token and its memory-
 bandwidth bound (the weights plus the evicted cache, over the measured copy bandwidth), and the tokens of
-every path compared with the eager path's.
+every path compared with the eager path's. Then batched decoding (``decode_batch``, `restkv.batching`): the same
+``--batch-samples`` prompts answered with 1, 8, 32 ... prompts per decode step, samples per hour over the whole
+pass (prefills, one recording and decoding, wall clock), and whether the answers equal those of batch 1.
 
     python scripts/throughput.py --model-dir /tmp/llama-shape --lengths 8192 32768 --out results/gpu/throughput.json
     python scripts/throughput.py --dry-run          # the micro model on a CPU, toy sizes (checks the script)
@@ -28,8 +30,10 @@ from typing import Any
 import torch
 
 from restkv import compress, get_policy
-from restkv.devices import pick_device
+from restkv.devices import model_devices, pick_device, synchronize
 from restkv.eval.benchmarks.ruler import RulerBenchmark
+from restkv.eval.evaluation.base import Session
+from restkv.eval.evaluation.batched import batched_answers
 from restkv.eval.evaluation.decoding import answer, check_decode
 from restkv.eval.evaluation.prompting import PromptTokens, tokenize
 from restkv.eval.latency.bounds import bound_ms, measure_bandwidth
@@ -48,6 +52,10 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--paths", nargs="+", default=["eager", "graph"], help="decode paths (restkv.graphs)")
     parser.add_argument("--samples", type=int, default=2, help="timed prompts per length (one more as warm-up)")
+    parser.add_argument("--batches", type=int, nargs="*", default=[1, 8, 32], help="decode_batch sizes to compare")
+    parser.add_argument("--batch-lengths", type=int, nargs="*", default=[8192], help="lengths of the batched passes")
+    parser.add_argument("--batch-samples", type=int, default=32, help="prompts of each batched pass")
+    parser.add_argument("--batch-policy", default="restkv")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--out", default="results/gpu/throughput.json")
@@ -56,6 +64,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     if args.dry_run:
         args.random_init, args.lengths, args.budget, args.samples = False, [1024], 64, 1
         args.device, args.dtype, args.paths = "cpu", "float32", ["eager", "static"]
+        args.batches, args.batch_lengths, args.batch_samples = [1, 2], [1024], 3
     if args.samples < 1 or args.budget < 2 or min(args.lengths) < 256:
         parser.error("--samples must be >= 1, --budget >= 2 and every length >= 256")
     return args
@@ -86,6 +95,19 @@ def timed(model: Any, policy: str, budget: int, path: str, work: list[tuple[Prom
                 }
             )
     return rows
+
+
+def batched_pass(model: Any, policy: str, budget: int, rows: int, work: list[tuple[PromptTokens, int]], eos: set[int]):
+    """Answers of ``work`` decoded ``rows`` prompts per step (recorded on CUDA), and the pass's wall seconds."""
+    decode = "auto" if model.device.type == "cuda" else "static"
+    with compress(model, get_policy(policy), budget) as compressor:
+        session = Session(model, None, compressor, "query_aware", eos, decode)
+        items = [(index, prompt, max_new) for index, (prompt, max_new) in enumerate(work)]
+        synchronize(*model_devices(model))
+        started = time.perf_counter()
+        answers = [reply.tokens for _, reply, _ in batched_answers(session, items, rows, dict)]
+        synchronize(*model_devices(model))
+    return answers, time.perf_counter() - started
 
 
 def summarize(rows: list[dict], step_bytes: float, gbps: float) -> dict[str, Any]:
@@ -135,6 +157,20 @@ def main(argv: list[str] | None = None) -> int:
                 row["same_tokens_as_eager"] = tokens[path] == tokens.get("eager", tokens[path])
                 results.append(row)
                 print(json.dumps(row), flush=True)
+    batched = []
+    for length in args.batch_lengths:
+        work = prompts(tokenizer, length, args.batch_samples, spec.max_context)
+        first: list | None = None
+        for rows in args.batches:
+            answers, seconds = batched_pass(model, args.batch_policy, args.budget, rows, work, eos)
+            first = answers if first is None else first
+            row = {
+                "length": length, "policy": args.batch_policy, "budget": args.budget, "decode_batch": rows,
+                "samples": len(work), "wall_seconds": round(seconds, 2),
+                "samples_per_hour": round(3600 * len(work) / seconds, 1), "same_answers_as_first": answers == first,
+            }  # fmt: skip
+            batched.append(row)
+            print(json.dumps(row), flush=True)
     record = {
         "device": str(device),
         "torch": torch.__version__,
@@ -142,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": args.dtype,
         "bandwidth": bandwidth,
         "rows": results,
+        "batched": batched,
         "method": "means over the timed prompts (one untimed warm-up each); decode ms/token = decode seconds / decode "
         "steps; bound = (parameter bytes + budget x per-token cache bytes) / copy bandwidth",
     }

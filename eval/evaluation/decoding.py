@@ -119,13 +119,7 @@ def answer(
     path gives the eager loop's tokens.
     """
     devices = model_devices(model)
-    compressor.reserve_decode(max_new_tokens)
-    synchronize(*devices)
-    start = time.perf_counter()
-    cache, logits, kept_tokens = prefill(model, prompt, protocol, compressor)
-    synchronize(*devices)
-    prefill_seconds = time.perf_counter() - start
-
+    cache, logits, kept_tokens, prefill_seconds = timed_prefill(model, prompt, protocol, compressor, max_new_tokens)
     start = time.perf_counter()
     path, contents = _path(decode, cache, logits.device)
     if contents is None:
@@ -138,9 +132,27 @@ def answer(
         generated, forwards = decoded.tokens, decoded.forwards
     synchronize(*devices)
     seconds = time.perf_counter() - start
-    tokens = generated.tolist()
+    return Answer(cut_at_eos(generated.tolist(), eos_ids), prefill_seconds, seconds, kept_tokens, forwards, path)
+
+
+def timed_prefill(
+    model: PreTrainedModel, prompt: PromptTokens, protocol: str, compressor: KVCompressor, max_new_tokens: int
+) -> tuple[DynamicCache, torch.Tensor, float, float]:
+    """`prefill` with room reserved for the answer, timed with every device synchronised: (cache, last logits,
+    tokens kept, seconds)."""
+    devices = model_devices(model)
+    compressor.reserve_decode(max_new_tokens)
+    synchronize(*devices)
+    start = time.perf_counter()
+    cache, logits, kept_tokens = prefill(model, prompt, protocol, compressor)
+    synchronize(*devices)
+    return cache, logits, kept_tokens, time.perf_counter() - start
+
+
+def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
+    """The answer: ``tokens`` up to (without) the first EOS."""
     ends = [index for index, token in enumerate(tokens) if token in eos_ids]
-    return Answer(tokens[: ends[0]] if ends else tokens, prefill_seconds, seconds, kept_tokens, forwards, path)
+    return tokens[: ends[0]] if ends else tokens
 
 
 def _greedy(

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 IDENTITY = "identity.json"
-NOT_IDENTITY = ("out_dir", "limit", "device", "allow_skips", "on_change", "hydra", "logger", "decode")
+NOT_IDENTITY = ("out_dir", "limit", "device", "allow_skips", "on_change", "hydra", "logger", "decode", "decode_batch")
 """Top-level config keys that do not change any prediction (``logger``: where finished runs are also logged;
-``decode``: how greedy tokens are computed, every path giving the same ones)."""
+``decode`` and ``decode_batch``: how greedy tokens are computed, every way giving the same ones)."""
 
 
 class IdentityMismatch(RuntimeError):

@@ -35,9 +35,16 @@ METRICS = "metrics.json"
 LOCK = ".lock"
 REQUIRED_FIELDS = ("id", "task", "score")
 # Measured, not computed: a sample redone after a kill has other timings but the same result.
-TIMING_FIELDS = ("prefill_seconds", "decode_seconds", "decode_steps", "peak_memory_bytes", "decode_path")
+TIMING_FIELDS = (
+    "prefill_seconds",
+    "decode_seconds",
+    "decode_steps",
+    "peak_memory_bytes",
+    "decode_path",
+    "decode_batch",
+)
 """Fields that depend on the machine (decode steps run past an EOS depend on the device type; which decode path
-ran, on whether a GPU recorded the step): a sample redone elsewhere has others, the same result."""
+ran and the batch size, on the GPU and its free memory): a sample redone elsewhere has others, the same result."""
 
 
 class RunFolderError(Exception):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from restkv import Budget, compress
 from restkv.devices import pick_device
 from restkv.eval.benchmarks.sample import Sample
 from restkv.eval.evaluation import Evaluation, Session
+from restkv.eval.evaluation.batched import resolve_decode_batch
 from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.identity import claimed_folder, run_identity
@@ -81,6 +82,8 @@ class Plan:
     identity: dict[str, Any]
     folder: Path
     quantization: Quantization = field(default_factory=Quantization)
+    decode_batch: int | str = 1
+    """Prompts per decode step (``auto``: as many as free GPU memory holds); 1 decodes one prompt at a time."""
 
 
 def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
@@ -118,9 +121,20 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
         )
     folder = folder_of(settings, budget)
     identity = run_identity(values, weights_fingerprint(spec))
-    return Plan(
-        spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder, quantization
+    batch = resolve_decode_batch(
+        cfg.get("decode_batch", "auto"), device, cfg.get("decode", "auto"), why_unbatchable(evaluation, quantization)
     )
+    parts = (spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
+    return Plan(*parts, quantization=quantization, decode_batch=batch)
+
+
+def why_unbatchable(evaluation: Evaluation, quantization: Quantization) -> str | None:
+    """Why this run's samples cannot share decode steps, or None when they can."""
+    if not hasattr(evaluation, "evaluate_many"):
+        return f"evaluation={type(evaluation).__name__.lower()} evaluates one prompt at a time"
+    if quantization.enabled:
+        return f"quantized caches ({quantization.backend}) have no static form to decode in rows"
+    return None
 
 
 def folder_of(settings: RunSettings, budget: Budget) -> Path:
@@ -176,15 +190,31 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
     spec = plan.spec
     model = load_model(spec, plan.device)
     eos = eos_token_ids(model, plan.tokenizer)
-    bar = tqdm(todo, desc=title, unit="sample", dynamic_ncols=True)
+    bar = tqdm(total=len(todo), desc=title, unit="sample", dynamic_ncols=True)
     layout = cfg.get("layout", "auto")
     with compress(model, plan.policy, plan.budget, layout=layout, quantization=plan.quantization) as compressor:
         session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos, cfg.get("decode", "auto"))
-        for sample in bar:
-            prompt = tokenize(sample, plan.tokenizer, spec.chat_template, spec.max_context)
-            outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
-            log.append(record_for(sample, prompt, {**outcome, **cache_size(compressor)}))
+        for sample, prompt, outcome in outcomes(plan, session, todo, lambda: cache_size(compressor)):
+            log.append(record_for(sample, prompt, outcome))
+            bar.update(1)
             bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
+    bar.close()
+
+
+def outcomes(
+    plan: Plan, session: Session, todo: list[Sample], snapshot: Callable[[], dict[str, Any]]
+) -> Iterator[tuple[Sample, Any, dict[str, Any]]]:
+    """Each sample's outcome, in order, with the cache it kept (``snapshot()`` after its prefill) and the batch it
+    was decoded in: one at a time, or ``plan.decode_batch`` prompts per decode step."""
+    spec = plan.spec
+    prompts = ((s, tokenize(s, plan.tokenizer, spec.chat_template, spec.max_context)) for s in todo)
+    if plan.decode_batch == 1:
+        for sample, prompt in prompts:
+            outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
+            yield sample, prompt, {**outcome, **snapshot(), "decode_batch": 1}
+        return
+    evaluate_many = plan.evaluation.evaluate_many  # type: ignore[attr-defined]
+    yield from evaluate_many(plan.benchmark, session, list(prompts), plan.decode_batch, snapshot)
 
 
 def cache_summary(records: list[dict[str, Any]], layout: str, quantization: Quantization) -> dict[str, Any]:
@@ -212,7 +242,7 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         ran={"tasks": task_order, "samples": len(records), "limit": cfg.limit},
         skipped=plan.skipped,
         cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
-        decode=decode_summary(records, cfg.get("decode", "auto")),
+        decode=decode_summary(records, cfg.get("decode", "auto"), plan.decode_batch),
     )
     extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
     if extra is not None:
@@ -221,10 +251,16 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
     return summary
 
 
-def decode_summary(records: list[dict[str, Any]], setting: str) -> dict[str, Any]:
-    """The ``decode`` setting and how many samples each path decoded (a resumed run may mix machines)."""
+def decode_summary(records: list[dict[str, Any]], setting: str, batch: int | str) -> dict[str, Any]:
+    """The ``decode`` setting and how many samples each path decoded, the batch setting and how many samples each
+    batch size decoded (a resumed run may mix machines)."""
     paths = Counter(r["decode_path"] for r in records if "decode_path" in r)
-    return {"setting": setting, "paths": dict(sorted(paths.items()))}
+    sizes = Counter(r["decode_batch"] for r in records if "decode_batch" in r)
+    return {
+        "setting": setting,
+        "paths": dict(sorted(paths.items())),
+        "batch": {"setting": batch, "sizes": {str(k): v for k, v in sorted(sizes.items())}},
+    }
 
 
 ADDED_SETTINGS = {"layout": "auto", "quantization": asdict(Quantization())}
