@@ -241,3 +241,26 @@ def test_the_recorded_decode_step_gives_the_eager_logits_and_tokens(arch, policy
 
     (decoder,) = [d for d in _DECODERS.values() if d.model() is model][-1:]
     torch.testing.assert_close(decoder.logits[0], expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("policy", "layout"), RECORDED_CASES)
+def test_batched_recorded_decoding_gives_the_answers_of_one_prompt_at_a_time(policy, layout):
+    """``decode_batch``: rows of one recorded step, refilled as they finish; float32 tokens equal one at a time."""
+    from restkv.eval.evaluation.base import Session
+    from restkv.eval.evaluation.batched import batched_answers
+    from restkv.eval.evaluation.decoding import answer
+    from restkv.eval.evaluation.prompting import PromptTokens
+
+    model = tiny_model("llama").to(CUDA)
+    prompts = [
+        PromptTokens(context=[(i * k) % 120 + 3 for i in range(150 + 30 * k)], query=[7, 9, k]) for k in range(7)
+    ]
+    lengths = [5, 12, 3, 20, 9, 16, 7]
+    with compress(model, get_policy(policy, window=8), 64, layout=layout) as compressor:
+        alone = [
+            answer(model, p, compressor, "query_aware", n, set(), "eager").tokens for p, n in zip(prompts, lengths, strict=True)
+        ]
+        session = Session(model, None, compressor, "query_aware", set(), "auto" if CUDA.type == "cuda" else "static")
+        work = [(index, p, n) for index, (p, n) in enumerate(zip(prompts, lengths, strict=True))]
+        batched = [reply.tokens for _, reply, _ in batched_answers(session, work, 3, dict)]
+    assert batched == alone
