@@ -258,7 +258,8 @@ def test_batched_recorded_decoding_gives_the_answers_of_one_prompt_at_a_time(pol
     lengths = [5, 12, 3, 20, 9, 16, 7]
     with compress(model, get_policy(policy, window=8), 64, layout=layout) as compressor:
         alone = [
-            answer(model, p, compressor, "query_aware", n, set(), "eager").tokens for p, n in zip(prompts, lengths, strict=True)
+            answer(model, p, compressor, "query_aware", n, set(), "eager").tokens
+            for p, n in zip(prompts, lengths, strict=True)
         ]
         session = Session(model, None, compressor, "query_aware", set(), "auto" if CUDA.type == "cuda" else "static")
         work = [(index, p, n) for index, (p, n) in enumerate(zip(prompts, lengths, strict=True))]
