@@ -17,7 +17,10 @@ values are never repeated in memory.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -122,6 +125,35 @@ CANCELLATION_GUARD = 1e-2
 """Squared distances below this fraction of ``vGv + oGo`` are recomputed from the difference."""
 
 
+SCORING_PATHS = ("auto", "expanded", "direct")
+"""How `reconstruction_after` computes its distances: ``expanded`` (a CPU's floor: one GEMM per key/value head,
+exact recomputation where the expansion cancels), ``direct`` (a GPU's: no host read, bounded temporaries);
+``auto``: ``direct`` on CUDA, ``expanded`` elsewhere."""
+DIRECT_CHUNKS = 24
+"""The direct path scores the past tokens in about this many chunks (at least `DIRECT_MIN_CHUNK` tokens each): its
+temporaries stay near a twentieth of the window attention's bytes, for a fixed number of kernel launches."""
+DIRECT_MIN_CHUNK = 1024
+_PATH: ContextVar[str] = ContextVar("scoring_path", default="auto")
+
+
+@contextlib.contextmanager
+def scoring_path(path: str) -> Iterator[None]:
+    """Compute ReST-KV's distances the ``path`` way inside the ``with`` block (tests run a GPU's path on a CPU)."""
+    if path not in SCORING_PATHS:
+        raise ValueError(f"scoring path {path!r} is not one of: {', '.join(SCORING_PATHS)}")
+    token = _PATH.set(path)
+    try:
+        yield
+    finally:
+        _PATH.reset(token)
+
+
+def pick_scoring_path(device: torch.device) -> str:
+    """The path `reconstruction_after` takes on ``device`` (`SCORING_PATHS`)."""
+    path = _PATH.get()
+    return ("direct" if device.type == "cuda" else "expanded") if path == "auto" else path
+
+
 def reconstruction_after(
     attention: torch.Tensor,
     values: torch.Tensor,
@@ -147,7 +179,10 @@ def reconstruction_after(
 
     Past tokens are processed ``chunk`` at a time: by default `SCORING_CHUNK` on a CPU and as
     many as fit a GPU's free memory (`restkv.worksizes`), so a GPU scores any prompt in one pass.
+    On CUDA the distances are computed the `reconstruction_direct` way instead (`pick_scoring_path`).
     """
+    if pick_scoring_path(values.device) == "direct":
+        return reconstruction_direct(attention, values, gram, tau, chunk)
     b, h, past = attention.shape
     num_kv, d = values.shape[1], values.shape[-1]
     v = values[:, :, :past].float()  # [b, kv, P, d]
@@ -162,6 +197,45 @@ def reconstruction_after(
     saturated = (1 - a) < SATURATION_EPS
     if bool(saturated.any()):
         squared = torch.where(saturated, own(), squared)
+    distance = squared.clamp_min(0).sqrt().reshape(b, h, past)
+    return odds(attention) * (distance if tau == 1 else distance.pow(tau))
+
+
+def reconstruction_direct(
+    attention: torch.Tensor,
+    values: torch.Tensor,
+    gram: torch.Tensor | None,
+    tau: float,
+    chunk: int | None = None,
+) -> torch.Tensor:
+    """The same score as `reconstruction_after`, its distances computed from the difference ``o - v_j`` itself.
+
+    ``||W_o^h (o - v_j)||^2 = (o - v_j)^T G_h (o - v_j)``: one batched product per chunk of past tokens, the same
+    arithmetic as the expansion's (a ``d x d`` product per token and query head) but with nothing to cancel, so no
+    entry needs recomputing and the host never reads a device value (no ``.any()``, no ``nonzero``). A saturated
+    token (``1 - a_j`` below `SATURATION_EPS`) can only be its head's most attended one, whose ``||W_o^h v_j||^2``
+    is computed for every head up front. Values are converted to float32 a chunk at a time (never the whole
+    cache), in about `DIRECT_CHUNKS` chunks. Scores agree with the expanded path's to float32 rounding.
+    """
+    b, h, past = attention.shape
+    num_kv, d = values.shape[1], values.shape[-1]
+    a = _group(attention, num_kv)  # [b, kv, g, P]
+    chunk = chunk or max(DIRECT_MIN_CHUNK, -(-past // DIRECT_CHUNKS))
+    grams = None if gram is None else gram.view(num_kv, h // num_kv, d, d)
+    out = values.new_zeros((b, num_kv, h // num_kv, d), dtype=torch.float32)
+    spans = [(start, min(start + chunk, past)) for start in range(0, past, chunk)]
+    for start, end in spans:
+        out += a[..., start:end] @ values[:, :, start:end].float()
+    squared = torch.empty_like(a)
+    for start, end in spans:
+        diff = out.unsqueeze(-2) - values[:, :, None, start:end].float()  # [b, kv, g, c, d]
+        projected = diff if grams is None else diff @ grams
+        squared[..., start:end] = (projected * diff).sum(-1)
+    top = a.argmax(dim=-1, keepdim=True)  # [b, kv, g, 1]: the only token that can hold all the attention
+    v_top = values.float().gather(2, top.flatten(2, 3).unsqueeze(-1).expand(-1, -1, -1, d)).view(*top.shape[:3], d)
+    own = (v_top if grams is None else (v_top.unsqueeze(-2) @ grams).squeeze(-2)) * v_top
+    saturated = (1 - a) < SATURATION_EPS
+    squared = torch.where(saturated, own.sum(-1, keepdim=True), squared)
     distance = squared.clamp_min(0).sqrt().reshape(b, h, past)
     return odds(attention) * (distance if tau == 1 else distance.pow(tau))
 

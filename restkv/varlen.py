@@ -6,24 +6,31 @@ causally. Two kernels compute the same thing:
 
 - ``reference``: exact on every device, no padding: one small attention per key/value head over
   views into the layer's storage (a decode step adds no copy of the cache).
-- ``flash``: flash-attn's ``flash_attn_varlen_func`` with each key/value head as one sequence and
-  its query group as that sequence's heads (AdaKV's arrangement); CUDA, float16/bfloat16. When the
-  decode reserve leaves free slots between heads, the kept tokens are first gathered back to back
-  (one copy of the layer's cache per call, what a concatenating cache does every step anyway).
+- ``torch``: PyTorch's own ``torch.nn.attention.varlen.varlen_attn`` (PyTorch 2.9 and later; flash
+  attention built into PyTorch, CUDA, float16/bfloat16) with each key/value head as one sequence and
+  its query group as that sequence's heads (AdaKV's arrangement). No extra package.
+- ``flash``: the same arrangement through flash-attn's ``flash_attn_varlen_func`` (the flash-attn package).
 
-``auto`` picks ``flash`` where flash-attn is installed and the query is a CUDA half-precision
-tensor, ``reference`` otherwise.
+Both fused kernels read the kept tokens back to back: when the decode reserve leaves free slots between
+heads, the tokens are first gathered (one copy of the layer's cache per call, what a concatenating cache
+does every step anyway). ``auto`` takes the first that can run: ``torch``, then ``flash``, then
+``reference``.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from restkv.layouts import VarlenLayer
 
-VARLEN_KERNELS = ("auto", "reference", "flash")
+VARLEN_KERNELS = ("auto", "reference", "torch", "flash")
+"""``auto`` tries them in this order of preference: ``torch``, ``flash``, ``reference``."""
 
 
 def flash_available() -> bool:
@@ -31,18 +38,32 @@ def flash_available() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
 
 
+@functools.cache
+def torch_varlen() -> Callable[..., torch.Tensor] | None:
+    """PyTorch's ``varlen_attn``, or None where this PyTorch has none."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
 def pick_kernel(requested: str, query: torch.Tensor) -> str:
     """The kernel that runs for ``requested`` (see `VARLEN_KERNELS`) on ``query``."""
     if requested == "reference":
         return requested
-    usable = flash_available() and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16)
-    if requested == "flash" and not usable:
+    fused = query.is_cuda and query.dtype in (torch.float16, torch.bfloat16)
+    usable = {"torch": fused and torch_varlen() is not None, "flash": fused and flash_available()}
+    if requested in usable and not usable[requested]:
+        needs = "PyTorch's varlen_attn (PyTorch >= 2.9)" if requested == "torch" else "the flash_attn package"
         raise RuntimeError(
-            f"varlen_kernel='flash' needs the flash_attn package and a CUDA float16/bfloat16 query "
-            f"(flash_attn installed: {flash_available()}, query on {query.device} in {query.dtype}); "
-            "use varlen_kernel='reference' or 'auto'"
+            f"varlen_kernel={requested!r} needs {needs} and a CUDA float16/bfloat16 query (varlen_attn: "
+            f"{torch_varlen() is not None}, flash_attn installed: {flash_available()}, query on {query.device} in "
+            f"{query.dtype}); use varlen_kernel='reference' or 'auto'"
         )
-    return "flash" if usable else "reference"
+    if requested != "auto":
+        return requested
+    return next((kernel for kernel in ("torch", "flash") if usable[kernel]), "reference")
 
 
 def reference_attention(query: torch.Tensor, layer: VarlenLayer, scaling: float) -> torch.Tensor:
@@ -67,10 +88,9 @@ def reference_attention(query: torch.Tensor, layer: VarlenLayer, scaling: float)
     return torch.cat(outputs).transpose(0, 1).unsqueeze(0).to(query.dtype)
 
 
-def flash_attention(query: torch.Tensor, layer: VarlenLayer, scaling: float, function=None) -> torch.Tensor:
-    """The same attention through ``flash_attn_varlen_func`` (``function`` replaces it in tests)."""
-    if function is None:
-        from flash_attn import flash_attn_varlen_func as function
+def _packed(query: torch.Tensor, layer: VarlenLayer) -> tuple[torch.Tensor, ...]:
+    """The fused kernels' inputs: queries ``[kv_heads * q, group, d]``, keys and values ``[tokens, 1, d]`` back to
+    back, the cumulative query and key lengths (int32), one sequence per key/value head."""
     _, heads, length, dim = query.shape
     kv_heads = layer.heads
     group = heads // kv_heads
@@ -80,18 +100,45 @@ def flash_attention(query: torch.Tensor, layer: VarlenLayer, scaling: float, fun
     cu_keys = torch.zeros(kv_heads + 1, dtype=torch.int32, device=query.device)
     cu_keys[1:] = lengths.cumsum(0)
     cu_queries = torch.arange(0, (kv_heads + 1) * length, length, dtype=torch.int32, device=query.device)
+    return q.contiguous(), keys.unsqueeze(1), values.unsqueeze(1), cu_queries, cu_keys
+
+
+def _unpacked(out: torch.Tensor, query: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """``[kv_heads * q, group, d]`` back to an attention function's ``[1, q, h, d]``."""
+    _, heads, length, dim = query.shape
+    return out.reshape(kv_heads, length, heads // kv_heads, dim).permute(1, 0, 2, 3).reshape(1, length, heads, dim)
+
+
+@functools.cache
+def _accepts(function: Callable[..., Any], name: str) -> bool:
+    return name in inspect.signature(function).parameters
+
+
+def torch_attention(query: torch.Tensor, layer: VarlenLayer, scaling: float, function=None) -> torch.Tensor:
+    """The same attention through PyTorch's ``varlen_attn`` (``function`` replaces it in tests). Causality is asked
+    the way the installed PyTorch takes it (``is_causal``, or ``window_size=(-1, 0)``); the new tokens are the
+    last of each sequence, as in the reference."""
+    function = function or torch_varlen()
+    q, keys, values, cu_queries, cu_keys = _packed(query, layer)
+    causal = {}
+    if query.shape[2] > 1:
+        causal = {"is_causal": True} if _accepts(function, "is_causal") else {"window_size": (-1, 0)}
+    if q.shape[1] > 1 and _accepts(function, "enable_gqa"):
+        causal["enable_gqa"] = True
+    out = function(q, keys, values, cu_queries, cu_keys, query.shape[2], max(layer.lengths), scale=scaling, **causal)
+    return _unpacked(out, query, layer.heads)
+
+
+def flash_attention(query: torch.Tensor, layer: VarlenLayer, scaling: float, function=None) -> torch.Tensor:
+    """The same attention through ``flash_attn_varlen_func`` (``function`` replaces it in tests)."""
+    if function is None:
+        from flash_attn import flash_attn_varlen_func as function
+    q, keys, values, cu_queries, cu_keys = _packed(query, layer)
+    length = query.shape[2]
     out = function(
-        q.contiguous(),
-        keys.unsqueeze(1),
-        values.unsqueeze(1),
-        cu_queries,
-        cu_keys,
-        length,
-        max(layer.lengths),
-        softmax_scale=scaling,
-        causal=True,
+        q, keys, values, cu_queries, cu_keys, length, max(layer.lengths), softmax_scale=scaling, causal=True
     )  # [kv_heads * q, g, d]
-    return out.reshape(kv_heads, length, group, dim).permute(1, 0, 2, 3).reshape(1, length, heads, dim)
+    return _unpacked(out, query, layer.heads)
 
 
 def varlen_attention(
@@ -114,6 +161,9 @@ def varlen_attention(
     if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
         raise NotImplementedError("varlen attention does not implement soft-capping or attention sinks")
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if pick_kernel(kernel, query) == "flash":
+    picked = pick_kernel(kernel, query)
+    if picked == "torch":
+        return torch_attention(query, layer, scaling), None
+    if picked == "flash":
         return flash_attention(query, layer, scaling), None
     return reference_attention(query, layer, scaling), None

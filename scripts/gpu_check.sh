@@ -4,7 +4,8 @@
 #      flash_attn is installed, flash_attention_2, x GQA modes x ReST-KV / PyramidKV / AdaKV; float32 and
 #      bfloat16 on the golden cases; fidelity memory over 40 samples; eval/run.py and the latency
 #      benchmark on CUDA)                                                  -> results/gpu/pytest.xml, pytest.log
-#   2. flash-attn's varlen kernel against the reference varlen path      -> results/gpu/varlen-flash-check.json
+#   2. the fused varlen kernels (PyTorch's varlen_attn; flash-attn's where installed) against the reference
+#      varlen path                                                      -> results/gpu/varlen-kernels-check.json
 #   3. the efficiency benchmark (scripts/efficiency_gpu.sh) at 32k and 128k tokens, one repeat: prefill
 #      overhead of ReST-KV and SnapKV, decode speedup and step / bandwidth bound (dynamic, preallocated and
 #      static caches; the static one's step replayed as a CUDA graph), peak memory
@@ -13,8 +14,10 @@
 #      weights: RULER at 8k and 32k, SnapKV and ReST-KV at budget 1024, eager decoding vs the recorded step
 #      (decode=graph): samples per hour, decode ms/token against the bound; then ReST-KV at 8k with 1, 8
 #      and 32 prompts per decode step (decode_batch), 32 prompts        -> results/gpu/throughput.json
-#   5. an end-to-end run of eval/run.py on that model: RULER at 8k tokens, 4 samples, ReST-KV at budget 1024
-#      (decode=auto: the recorded step)                                    -> results/gpu/e2e/
+#   5. one layer's eviction decision at 32k and 128k tokens, budget 1024: SnapKV, ReST-KV (its GPU scoring
+#      path), every ablation row and AdaKV, time and peak memory side by side (configs/latency/gpu-scoring.yaml)
+#                                                                          -> results/gpu/gpu-scoring.json
+# (eval/run.py itself runs on CUDA in the gpu tests; the throughput step drives its answering code.)
 # It prints one table of what passed (also results/gpu/summary.md and summary.json) and exits non-zero if
 # anything failed. Every step runs even when an earlier one fails.
 #
@@ -59,14 +62,18 @@ if [[ ${dry} == 1 ]]; then
         --junitxml="${out}/pytest.xml"
     step efficiency "${TMPDIR:-/tmp}/restkv-efficiency/gpu-h200-tiny-cpu.json" scripts/efficiency_gpu.sh --device cpu --tiny \
         "latency.decode_caches=[dynamic,preallocated,static]"
+    step scoring "${TMPDIR:-/tmp}/restkv-efficiency/gpu-scoring-tiny-cpu.json" scripts/efficiency_gpu.sh --device cpu \
+        --tiny --preset gpu-scoring latency.dtype=float32 "latency.policies=[snapkv,restkv,ablation/recon_last,adakv]"
     shape=micro-llama; shape_config=models/micro-llama/config.json; device=cpu; dtype=float32; lengths="[1024]"; budget=64
     step throughput "${out}/throughput.json" python scripts/throughput.py --dry-run --out "${out}/throughput.json"
 else
     step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py --junitxml="${out}/pytest.xml"
-    step varlen-flash "${out}/varlen-flash-check.json" python scripts/check_varlen_flash.py \
-        --out "${out}/varlen-flash-check.json"
+    step varlen-kernels "${out}/varlen-kernels-check.json" python scripts/check_varlen_kernels.py \
+        --out "${out}/varlen-kernels-check.json"
     step efficiency "${out}/gpu-check.json" scripts/efficiency_gpu.sh latency.name=gpu-check latency.out_dir="${out}" \
         "latency.contexts=[32768,131072]" latency.repeats=1 "latency.decode_caches=[dynamic,preallocated,static]"
+    step scoring "${out}/gpu-scoring.json" scripts/efficiency_gpu.sh --preset gpu-scoring latency.name=gpu-scoring \
+        latency.out_dir="${out}" "latency.contexts=[32768,131072]"
     shape=llama-3.1-8b; shape_config=configs/shapes/llama-3.1-8b.json; device=cuda; dtype=bfloat16; lengths="[8192]"
     budget=1024
 fi
@@ -81,10 +88,6 @@ if [[ ${dry} == 0 ]]; then
         --lengths 8192 32768 --policies snapkv restkv --budget 1024 --paths eager graph --samples 2 \
         --batches 1 8 32 --batch-lengths 8192 --batch-samples 32 --out "${out}/throughput.json"
 fi
-step "e2e-restkv" "${out}/e2e" python eval/run.py model=tiny-random-llama model.path="${model_dir}" \
-    model.name="${shape}-shape" model.dtype="${dtype}" model.max_context=16384 device="${device}" \
-    bench=ruler "bench.tasks=[niah_single_1,vt]" "bench.lengths=${lengths}" limit=4 \
-    policy=restkv budget="${budget}" out_dir="${out}/e2e"
 
 python - "${out}" <<'EOF'
 import json, sys
@@ -112,6 +115,12 @@ for line in (out / "steps.tsv").read_text().splitlines():
         parts += [f"{r['cache']}: decode {r['speedup']}x faster, step/bound {r['compressed_achieved_over_bound']}"
                   for r in decode]
         detail = "; ".join(parts)
+    elif name == "scoring" and Path(result).is_file():
+        ratios = json.loads(Path(result).read_text())["ratios"]["scoring"]
+        detail = "; ".join(
+            f"{r['context']} {r['variant']}: {r.get('time_vs_snapkv')}x SnapKV's time, {r.get('peak_memory_vs_snapkv')}x"
+            " its peak" for r in ratios if r["variant"] in ("restkv", "adakv")
+        )
     elif name == "throughput" and Path(result).is_file():
         measured = json.loads(Path(result).read_text())
         detail = "; ".join(

@@ -16,7 +16,7 @@ import torch
 from restkv.baselines import SnapKV, StreamingLLM
 from restkv.policy import LayerInputs, Policy
 from restkv.schedule import pyramid_budgets
-from restkv.scoring import output_gram
+from restkv.scoring import output_gram, scoring_path
 from restkv.scoring_policy import ScoringPolicy
 from restkv.select import Budget
 
@@ -102,8 +102,15 @@ def assert_same_selection(ours: torch.Tensor, theirs: torch.Tensor, scores: torc
             )
 
 
+@pytest.mark.parametrize("path", ["expanded", "direct"])
 @pytest.mark.parametrize("case", META["cases"], ids=[c["name"] for c in META["cases"]])
-def test_case_matches_reference(case: dict, tensors: dict[str, torch.Tensor]) -> None:
+def test_case_matches_reference(case: dict, tensors: dict[str, torch.Tensor], path: str) -> None:
+    """Every case, through the CPU's distances (``expanded``) and a GPU's (``direct``, run here on the CPU)."""
+    with scoring_path(path):
+        check_case(case, tensors)
+
+
+def check_case(case: dict, tensors: dict[str, torch.Tensor]) -> None:
     policy = policy_for(case)
     inputs = layer_inputs(case, tensors)
     budget = Budget(case["max_capacity_prompt"])

@@ -95,6 +95,39 @@ def test_flash_attention_2_decides_and_decodes_as_sdpa(arch, gqa, policy):
     torch.testing.assert_close(flash_logits, sdpa_logits, rtol=2e-2, atol=2e-2)
 
 
+def _fused_varlen(kernel: str) -> bool:
+    from restkv.varlen import flash_available, torch_varlen
+
+    return CUDA.type == "cuda" and (torch_varlen() is not None if kernel == "torch" else flash_available())
+
+
+@pytest.mark.parametrize("kernel", ["torch", "flash"])
+@pytest.mark.parametrize("gqa", ["mean", "max"])
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_fused_varlen_kernels_decide_and_decode_as_the_reference(arch, gqa, kernel):
+    """Head-wise caches read by PyTorch's varlen kernel (no extra package) or flash-attn's, against the reference
+    path, in bfloat16: the same kept positions, logits within bfloat16 tolerance."""
+    if not _fused_varlen(kernel):
+        pytest.skip(
+            f"varlen_kernel={kernel} cannot run here (CUDA and {'varlen_attn' if kernel == 'torch' else 'flash_attn'})"
+        )
+    model = tiny_model(arch, torch.bfloat16).to(CUDA)
+    ids = torch.randint(0, model.config.vocab_size, (1, 300), generator=torch.Generator().manual_seed(5)).to(CUDA)
+    runs = []
+    for varlen_kernel in ("reference", kernel):
+        policy = get_policy("adakv", gqa=gqa)
+        with torch.no_grad(), compress(model, policy, 48, decode_reserve=STEPS, varlen_kernel=varlen_kernel) as c:
+            cache = DynamicCache(config=model.config)
+            logits = [model(input_ids=ids, cache=cache, logits_to_keep=1).logits[0, -1].float()]
+            for step in range(STEPS - 1):
+                token = logits[0].argmax().view(1, 1)  # the same tokens for both kernels
+                position = torch.tensor([[300 + step]], device=CUDA)
+                logits.append(model(input_ids=token, cache=cache, position_ids=position).logits[0, -1].float())
+            runs.append(([positions(s) for s in c.record.indices], torch.stack(logits).cpu()))
+    assert runs[0][0] == runs[1][0]
+    torch.testing.assert_close(runs[1][1], runs[0][1], rtol=2e-2, atol=2e-2)
+
+
 def test_golden_cases_on_cuda_in_float32_and_bfloat16():
     """float32 on CUDA reproduces the recorded decisions; bfloat16 inputs keep most of them (the share is printed)."""
     golden = pytest.importorskip("test_golden")

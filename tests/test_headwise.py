@@ -254,12 +254,54 @@ def test_flash_varlen_arguments_compute_the_reference_attention(new_tokens: int,
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_flash_kernel_is_refused_where_it_cannot_run() -> None:
+def torch_varlen_new(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+    """PyTorch's ``varlen_attn`` as 2.13 documents it: causal is ``window_size=(-1, 0)``, fewer key/value heads than
+    query heads need ``enable_gqa``."""
+    assert enable_gqa == (q.shape[1] != k.shape[1]) and max_q == int((cu_q[1:] - cu_q[:-1]).max())
+    return fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=scale, causal=window_size == (-1, 0))
+
+
+def torch_varlen_old(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_aux=None, *, scale=None):
+    """``varlen_attn`` as its first releases take it: an ``is_causal`` flag, key/value heads shared by query groups."""
+    return fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=scale, causal=is_causal)
+
+
+@pytest.mark.parametrize("new_tokens", [1, 3])
+@pytest.mark.parametrize("kernel", [torch_varlen_new, torch_varlen_old])
+def test_torch_varlen_arguments_compute_the_reference_attention(new_tokens: int, kernel) -> None:
+    """``varlen_kernel='torch'``: PyTorch's own varlen kernel, called as each of its API generations takes it."""
+    from restkv.varlen import reference_attention, torch_attention
+
+    generator = torch.Generator().manual_seed(1)
+    lengths = [7, 12, 3, 9]
+    keys = torch.randn(sum(lengths), 16, generator=generator)
+    values = torch.randn(sum(lengths), 16, generator=generator)
+    layer = VarlenLayer(keys, values, lengths, reserve=5, guard=lambda: None)
+    layer.update(torch.randn(1, 4, 2, 16, generator=generator), torch.randn(1, 4, 2, 16, generator=generator))
+    query = torch.randn(1, 8, new_tokens, 16, generator=generator)
+    expected = reference_attention(query, layer, 0.25)
+    torch.testing.assert_close(torch_attention(query, layer, 0.25, function=kernel), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_varlen_kernels_fall_back_in_order_and_refuse_where_they_cannot_run(monkeypatch) -> None:
+    """``auto``: PyTorch's varlen kernel, then flash-attn, then the reference; a named kernel that cannot run is
+    refused with what it needs."""
+    from restkv import varlen
     from restkv.varlen import pick_kernel
 
-    assert pick_kernel("auto", torch.zeros(1, 2, 1, 4)) == "reference"
+    assert pick_kernel("auto", torch.zeros(1, 2, 1, 4)) == "reference"  # a CPU tensor: no fused kernel
     with pytest.raises(RuntimeError, match="varlen_kernel='flash' needs the flash_attn package and a CUDA"):
         pick_kernel("flash", torch.zeros(1, 2, 1, 4))
+    with pytest.raises(RuntimeError, match=r"varlen_kernel='torch' needs PyTorch's varlen_attn \(PyTorch >= 2.9\)"):
+        pick_kernel("torch", torch.zeros(1, 2, 1, 4))
+
+    class CudaHalf:  # what pick_kernel reads of a query: where it is and its dtype
+        is_cuda, dtype, device = True, torch.bfloat16, "cuda:0"
+
+    for has_torch, has_flash, expected in [(True, True, "torch"), (False, True, "flash"), (False, False, "reference")]:
+        monkeypatch.setattr(varlen, "torch_varlen", lambda has=has_torch: torch_varlen_new if has else None)
+        monkeypatch.setattr(varlen, "flash_available", lambda has=has_flash: has)
+        assert pick_kernel("auto", CudaHalf()) == expected
 
 
 def test_head_file_must_match_the_model(make_model, tmp_path: Path) -> None:
