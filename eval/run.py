@@ -13,7 +13,6 @@ Rerunning the same command resumes: finished samples are skipped. Before any wor
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -24,14 +23,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from restkv.eval.harness import config_tree, gpu_slots, tracking
+from restkv.eval.harness import config_tree, errors, gpu_slots, tracking
 from restkv.eval.harness.identity import IdentityMismatch
 from restkv.eval.harness.run_folder import RunFolderError
 from restkv.eval.harness.runner import EmptyRun, RunSettings, SkippedWork, run_benchmark
 
-USER_ERRORS = (
-    ValueError,
-    TypeError,
+errors.register(
     IdentityMismatch,
     RunFolderError,
     SkippedWork,
@@ -41,7 +38,7 @@ USER_ERRORS = (
     tracking.TrackingFailed,
 )
 """What a bad setting, missing data or a busy or foreign run folder raise: shown as one message, no traceback
-(``HYDRA_FULL_ERROR=1`` shows it)."""
+(``HYDRA_FULL_ERROR=1`` shows it); file-system errors too (`restkv.eval.harness.errors`)."""
 
 CONFIGS = str(config_tree.CONFIGS)
 NAMING_KEYS = {
@@ -90,18 +87,33 @@ def run_settings(cfg: DictConfig, hydra_cfg: DictConfig) -> RunSettings:
 @hydra.main(version_base=None, config_path=CONFIGS, config_name="config")
 def main(cfg: DictConfig) -> float:
     hydra_cfg = HydraConfig.get()
-    try:
+    with errors.one_line_errors():
         tracker = tracking.tracker_for(cfg)  # first: a missing wandb stops the run before any work
         gpu_slots.claim_for_job(hydra_cfg, str(cfg.device))
         summary = run_benchmark(cfg, run_settings(cfg, hydra_cfg), on_finished=tracker)
-    except (ValueError, TypeError, RuntimeError) as error:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1" or not isinstance(error, USER_ERRORS):
-            raise
-        print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
     average = summary["average"]
     return float("nan") if average is None else float(average)
 
 
+def preflight(argv: list[str]) -> None:
+    """Refuse, before Hydra launches anything, what a launcher would choke on with a traceback (the joblib
+    launcher's ``n_jobs``)."""
+    for word in argv:
+        key, _, value = word.partition("=")
+        if key.lstrip("+~") == "hydra.launcher.n_jobs":
+            try:
+                gpu_slots.parallel_workers(int(value))
+            except ValueError:
+                print(
+                    f"error: hydra.launcher.n_jobs={value!r} is not allowed; use a positive integer, or -1",
+                    file=sys.stderr,
+                )
+                sys.exit(2)
+            except gpu_slots.GpuSlotError as error:
+                print(f"error: {error}", file=sys.stderr)
+                sys.exit(2)
+
+
 if __name__ == "__main__":
+    preflight(sys.argv[1:])
     main()

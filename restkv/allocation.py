@@ -110,10 +110,16 @@ def headkv_capacities(importance: torch.Tensor, budget: int, beta: float) -> tor
     total = float(importance.sum())
     if not math.isfinite(total) or total <= 0:
         raise ValueError(f"head-importance scores must be finite and sum to a positive number; they sum to {total}")
+    if bool((importance < 0).any()):
+        raise ValueError("head-importance scores must not be negative (HeadKV's are retrieval frequencies)")
     share = importance.double() / total
     pool = (budget // beta) * layers * heads
     minimum = budget - budget // beta
-    return torch.round(share * pool + minimum).long()
+    capacities = torch.round(share * pool + minimum).long()
+    if bool((capacities < 0).any()):  # cannot happen with beta >= 1 and non-negative scores: checked where made
+        layer, head = (int(i) for i in (capacities < 0).nonzero()[0])
+        raise ValueError(f"HeadKV gave layer {layer} head {head} a negative budget ({int(capacities[layer, head])})")
+    return capacities
 
 
 def top_positions(
@@ -125,6 +131,8 @@ def top_positions(
     ``order``: the positions by descending score per head, when the caller has them.
     """
     heads, past = scores.shape
+    if bool((capacities < 0).any()) or bool((capacities > past).any()):
+        raise ValueError(f"head budgets {capacities.tolist()} must lie in [0, {past}] (the layer's past tokens)")
     order = scores.sort(dim=-1, descending=True).indices if order is None else order
     recent = torch.arange(past, past + window, device=scores.device)
     kept = [torch.cat([order[h, : int(capacities[h])].sort().values, recent]) for h in range(heads)]
@@ -140,6 +148,11 @@ def reduce_importance(importance: torch.Tensor, num_kv_heads: int, mode: str) ->
     return grouped.mean(dim=-1) if mode == "mean" else grouped.amax(dim=-1)
 
 
+def _is_score(value: object) -> bool:
+    """A head score: a finite number >= 0 (not a boolean)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def load_head_scores(path: str | Path, num_layers: int, num_heads: int) -> torch.Tensor:
     """Each (layer, query head)'s mean score ``[layers, heads]`` from a HeadKV head file.
 
@@ -153,19 +166,28 @@ def load_head_scores(path: str | Path, num_layers: int, num_heads: int) -> torch
             "scripts/compute_head_scores.py (the micro model's: models/micro-llama/head_scores.json)"
         )
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"head-importance file {path} is not UTF-8 text ({error}); it must be HeadKV's JSON") from None
     except json.JSONDecodeError as error:
         raise ValueError(f"head-importance file {path} is not valid JSON: {error}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"head-importance file {path} must be a JSON object {{'<layer>-<head>': [scores]}}")
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(
+            f"head-importance file {path} must be a non-empty JSON object {{'<layer>-<head>': [scores]}}; make one "
+            "for your model with scripts/compute_head_scores.py"
+        )
     means: dict[tuple[int, int], float] = {}
     for key, values in raw.items():
         try:
             layer, head = (int(part) for part in key.split("-"))
         except ValueError:
             raise ValueError(f"head-importance file {path}: key {key!r} is not '<layer>-<head>'") from None
-        if not isinstance(values, list) or not values or not all(isinstance(v, (int, float)) for v in values):
-            raise ValueError(f"head-importance file {path}: {key!r} must map to a non-empty list of numbers")
+        numbers = isinstance(values, list) and values and all(_is_score(v) for v in values)
+        if not numbers:
+            raise ValueError(
+                f"head-importance file {path}: {key!r} must map to a non-empty list of finite numbers >= 0 "
+                f"(HeadKV's retrieval scores); got {str(values)[:80]}"
+            )
         means[(layer, head)] = sum(values) / len(values)
     found_layers = 1 + max(layer for layer, _ in means)
     found_heads = 1 + max(head for _, head in means)
@@ -194,6 +216,14 @@ class Allocation(Protocol):
 
     def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool: ...
 
+    def input_files(self) -> list[Path]:
+        """Files the allocation reads (a run's identity hashes them)."""
+        ...
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        """Raise, before any work, when the allocation cannot serve a model of this shape (a bad head file)."""
+        ...
+
     def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor: ...
 
     def select(
@@ -211,6 +241,12 @@ class UniformAllocation:
 
     def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
         return False
+
+    def input_files(self) -> list[Path]:
+        return []
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        return None
 
     def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
         """Past tokens per head ``[heads]`` for scores ``[heads, P]``: ``base`` each."""
@@ -244,6 +280,12 @@ class AdaKVAllocation:
 
     def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
         return False
+
+    def input_files(self) -> list[Path]:
+        return []
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        return None
 
     def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
         return adakv_capacities(scores, base, self.floor, self.normalize)
@@ -279,13 +321,25 @@ class HeadKVAllocation:
         """This layer's past budget per selection head ``[heads]``; the file is read once per model shape and
         the table of every layer's budgets computed once per token budget."""
         shape = (inputs.num_layers, inputs.num_heads)
-        if shape not in self._importance:
-            self._importance[shape] = load_head_scores(head_file(self.head_scores) or self.head_scores, *shape)
         key = (*shape, inputs.num_kv_heads, budget.tokens(inputs.length))
         if key not in self._budgets:
-            importance = reduce_importance(self._importance[shape], inputs.num_kv_heads, self.gqa)
+            importance = reduce_importance(self._head_importance(shape), inputs.num_kv_heads, self.gqa)
             self._budgets[key] = headkv_capacities(importance, key[-1], self.head_beta)
         return self._budgets[key][inputs.layer].to(inputs.keys.device)
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        """Read and check the head file for this shape now, so a bad file is refused before a model loads."""
+        self._head_importance((num_layers, num_heads))
+
+    def _head_importance(self, shape: tuple[int, int]) -> torch.Tensor:
+        if shape not in self._importance:
+            self._importance[shape] = load_head_scores(head_file(self.head_scores) or self.head_scores, *shape)
+        return self._importance[shape]
+
+    def input_files(self) -> list[Path]:
+        """The head file (its content is part of the experiment)."""
+        found = head_file(self.head_scores)
+        return [found] if found is not None else []
 
     def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
         """Whether every head's budget covers the past tokens (nothing to evict, so nothing to score)."""
@@ -314,7 +368,7 @@ def allocation_of(
     """The stage the allocation knobs of policy ``owner`` name; a bad value or a missing head file is refused."""
     check_choice(owner, "allocation", allocation, ALLOCATIONS)
     check_number(owner, "floor", floor, low=0, high=1, low_open=False)
-    check_number(owner, "head_beta", head_beta, low=0)
+    check_number(owner, "head_beta", head_beta, low=1, low_open=False)  # below 1 the least important heads go negative
     if allocation == "adakv":
         return AdaKVAllocation(floor, normalize)
     if allocation != "headkv":

@@ -99,6 +99,16 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
     return layers
 
 
+def _enabled(quantization: Quantization | None) -> Quantization | None:
+    """``quantization`` when it stores anything quantized, else None; anything but a `Quantization` is refused."""
+    if quantization is not None and not isinstance(quantization, Quantization):
+        raise TypeError(
+            f"compress(quantization=...) takes a restkv.Quantization, e.g. Quantization(backend='hqq', nbits=4); "
+            f"got {quantization!r}"
+        )
+    return quantization if quantization is not None and quantization.enabled else None
+
+
 @dataclass
 class PrefillRecord:
     """What the last prefill under compression did.
@@ -200,7 +210,7 @@ class KVCompressor:
                 f"layout='masked' needs a masked attention kernel (eager or sdpa); the model runs "
                 f"{self.implementation!r}. Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
             )
-        self.quantization = quantization if quantization is not None and quantization.enabled else None
+        self.quantization = _enabled(quantization)
         check_storage(policy, layout, self.quantization, model.config)
         self._entered = False
         self._guard = self._layout_guard()

@@ -9,7 +9,8 @@ layer's budget. Policies never touch model objects.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 
@@ -162,6 +163,16 @@ class Policy:
     def prune_kept_keys(self, kept_keys: torch.Tensor, queries: torch.Tensor) -> int:
         """ThinK on a dense layer's kept keys ``[1, heads, n, d]``, in place; returns the entries zero-filled."""
         return self.stages.key_pruning.prune(kept_keys, queries)
+
+    def input_files(self) -> list[Path]:
+        """Files the policy reads besides the model (HeadKV's head file): a run's identity hashes their content."""
+        return self.stages.allocation.input_files()
+
+    def check_model(self, config: Any) -> None:
+        """Raise before any work when the policy cannot run on a model with this config (``num_hidden_layers``,
+        ``num_attention_heads``): a head file of another shape, say."""
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        self.stages.allocation.check_model(text.num_hidden_layers, text.num_attention_heads)
 
     def describe(self) -> dict[str, object]:
         """The policy's name and knobs, for result files."""

@@ -27,7 +27,12 @@ class Budget:
         value = self.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"budget must be an int (tokens) or a float in (0, 1) (fraction kept); got {value!r}")
-        if isinstance(value, float) and value.is_integer() and value >= 1:
+        if isinstance(value, float) and value == 1.0:
+            raise ValueError(
+                "budget=1.0 is ambiguous: a float budget is the fraction of each prompt kept, in (0, 1), and an "
+                "integer a token count; to keep whole prompts use policy=full, for one token per layer budget=1"
+            )
+        if isinstance(value, float) and value.is_integer() and value > 1:
             object.__setattr__(self, "value", int(value))
         elif isinstance(value, float) and not (0 < value < 1):
             raise ValueError(

@@ -27,17 +27,22 @@ def check_storage(policy: Policy, layout: str, quantization: Quantization | None
     when known: the runner checks what it can before loading any model)."""
     stages = policy.stages
     stages.key_pruning.check_layout(layout)
+    grouped = config is not None and config.num_attention_heads != getattr(
+        config, "num_key_value_heads", config.num_attention_heads
+    )
+    if stages.merge.active and policy.gqa == "expand" and grouped:
+        raise NotImplementedError(
+            f"{stages.merge.setting} with gqa='expand' on a model with grouped key/value heads is not built: merged "
+            "values would differ per query head; use gqa='mean' (or 'max')"
+        )
     if quantization is None or not quantization.enabled:
         return
     if layout != "auto" or stages.allocation.headwise:
+        what = f"layout={layout!r}" if layout != "auto" else stages.allocation.setting
         raise NotImplementedError(
-            f"quantization ({quantization.backend}) stores dense layers, read by the model's own attention; "
-            f"layout={layout!r} with {stages.allocation.setting} is head-wise: use layout='auto' and "
-            "allocation='uniform'"
+            f"quantization ({quantization.backend}) stores dense layers, read by the model's own attention, and "
+            f"{what} is not dense: use layout='auto' and allocation='uniform' with quantization"
         )
-    if config is None:
-        return
-    grouped = config.num_attention_heads != getattr(config, "num_key_value_heads", config.num_attention_heads)
     if policy.gqa == "expand" and grouped:
         raise NotImplementedError(
             "quantization stores key/value heads; gqa='expand' on a grouped-query model stores query heads, which "

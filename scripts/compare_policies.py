@@ -142,6 +142,41 @@ def plot(
     plt.close(fig)
 
 
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the arguments before anything runs (an unknown policy, kvpress missing, a quantization
+    group that cannot divide the model's key/value rows), or None."""
+    from restkv.interop import KVPressMissing, require_kvpress
+    from restkv.registry import policy_names, preset_names
+
+    known = set(policy_names()) | set(preset_names())
+    unknown = [p for p in args.policies if p not in known]
+    if unknown:
+        return f"--policies: unknown {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+    if "kvpress" in args.policies:
+        try:
+            require_kvpress()
+        except KVPressMissing as error:
+            return f"--policies kvpress: {error}"
+    if not args.no_quant:
+        from omegaconf import OmegaConf
+        from transformers import AutoConfig
+
+        from restkv.eval.harness.config_tree import config_file
+        from restkv.eval.models.loading import resolve
+
+        path = str(OmegaConf.load(config_file("model", args.model, "model")).path)
+        config = AutoConfig.from_pretrained(resolve(path))
+        width = config.num_key_value_heads * getattr(
+            config, "head_dim", config.hidden_size // config.num_attention_heads
+        )
+        if args.quant_group_size < 1 or width % args.quant_group_size:
+            return (
+                f"--quant-group-size {args.quant_group_size} must divide the model's key/value row ({width} = kv "
+                "heads x head_dim); e.g. 32 or 64, or --no-quant"
+            )
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="micro-llama")
@@ -161,6 +196,9 @@ def main() -> None:
     parser.add_argument("--quant-group-size", type=int, default=64, help="must divide kv heads x head_dim")
     parser.add_argument("--no-quant", action="store_true", help="skip the quantization table")
     args = parser.parse_args()
+    problem = argument_problem(args)
+    if problem:
+        parser.error(problem)
     args.tasks = args.tasks or DEFAULT_TASKS[args.bench]
     args.samples = DEFAULT_SAMPLES[args.bench] if args.samples is None else args.samples
 

@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from restkv.eval.harness.errors import guarded
 from restkv.eval.report.artifacts import ARTIFACTS, NAMES, build_report, headline_markdown, make_all, write_table
 
 
@@ -34,13 +35,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+@guarded
 def main(argv: list[str] | None = None) -> int:
+    """Refusals (a missing or unwritable folder, a full disk) end with one line and exit 2, nothing half-written."""
     args = _parse(argv)
-    try:
-        report = build_report(args.runs, args.out or args.runs / "figures")
-    except (FileNotFoundError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    report = build_report(args.runs, args.out or args.runs / "figures")
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.what == ["table"]:
         print(headline_markdown(report.table))
         print(*write_table(report), sep="\n")

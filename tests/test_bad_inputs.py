@@ -154,7 +154,7 @@ def test_out_dir_that_is_a_file_is_named(tmp_path: Path) -> None:
     assert f"out_dir='{file / 'results'}' is not allowed: {file} is a file, not a folder" in found
 
 
-def test_empty_infinitebench_file_is_an_empty_run(tmp_path: Path) -> None:
+def test_an_empty_infinitebench_file_is_refused_by_name(tmp_path: Path) -> None:
     data = tmp_path / "ib"
     data.mkdir()
     (data / "passkey.jsonl").write_text("")
@@ -166,7 +166,7 @@ def test_empty_infinitebench_file_is_an_empty_run(tmp_path: Path) -> None:
         "bench.hub=false",
         base=["model=tiny-random-llama"],
     )
-    assert "bench=bench gives no sample to run (check bench.tasks and the benchmark's data files)" in found
+    assert f"{data / 'passkey.jsonl'}: InfiniteBench task 'passkey': the file holds no record" in found
 
 
 def test_metrics_of_a_run_with_allowed_skips_say_what_was_skipped(tmp_path: Path, capsys) -> None:

@@ -316,7 +316,7 @@ def test_head_file_must_match_the_model(make_model, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"schedule='pyramid' cannot apply"):
         HeadKV(head_scores=str(tmp_path / "h.json"), schedule="pyramid")
     (tmp_path / "bad.json").write_text('{"0-0": []}')
-    with pytest.raises(ValueError, match="must map to a non-empty list of numbers"):
+    with pytest.raises(ValueError, match="must map to a non-empty list of finite numbers >= 0"):
         from restkv.allocation import load_head_scores
 
         load_head_scores(tmp_path / "bad.json", 1, 1)

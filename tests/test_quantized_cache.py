@@ -119,7 +119,7 @@ def test_group_sizes_some_lengths_cannot_fit_are_refused_before_quantizing() -> 
 def test_head_wise_and_expanded_caches_are_refused(make_model) -> None:
     model = make_model("llama")
     quantization = Quantization("hqq", nbits=4, group_size=32)
-    with pytest.raises(NotImplementedError, match="allocation='adakv' is head-wise"):
+    with pytest.raises(NotImplementedError, match="allocation='adakv' is not dense: use layout='auto'"):
         compress(model, get_policy("ada_restkv"), BUDGET, quantization=quantization)
     with pytest.raises(NotImplementedError, match="gqa='expand' on a grouped-query model stores query heads"):
         compress(model, get_policy("restkv", gqa="expand"), BUDGET, quantization=quantization)

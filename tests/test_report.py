@@ -239,13 +239,17 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
         make_all(build_report(tmp_path, tmp_path / "f"), ("nope",))
 
 
-def test_the_sample_frame_keeps_the_last_record_of_a_resumed_sample(tmp_path: Path) -> None:
+def test_a_sample_recorded_twice_with_two_scores_is_left_out_and_said_so(tmp_path: Path) -> None:
+    """The runner refuses a folder whose sample has two results; the report uses neither, and says why (it took
+    the last line before, beside a metrics.json computed from the first)."""
     folder = write_run(tmp_path, "micro", "snapkv", 64, 0.0, samples=1, lengths=(1024,), tasks=("passkey",))
     line = json.loads((folder / "predictions.jsonl").read_text())
     with (folder / "predictions.jsonl").open("a") as log:
         log.write(json.dumps({**line, "score": 1.0}) + "\n")
-    frame = sample_frame(load_runs(tmp_path))
-    assert len(frame) == 1 and frame.score.iloc[0] == 1.0
+        log.write(json.dumps(line) + "\n")  # an identical repeat alone would be fine
+    notes: list[str] = []
+    assert sample_frame(load_runs(tmp_path, notes)).empty
+    assert len(notes) == 1 and "has two different results, at lines 1 and 2" in notes[0]
 
 
 def test_runs_without_predictions_are_drawn_with_the_papers_numbers(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from restkv.eval.report.collect import load_runs, sample_scores
+from restkv.eval.report.collect import folder_scores, load_runs, sample_scores
 from restkv.eval.report.uncertainty import bootstrap_interval, paired_difference
 
 
@@ -59,10 +59,11 @@ def test_sample_scores_read_a_run_folder(tmp_path):
     folder = tmp_path / "ruler" / "m" / "snapkv" / "budget64"
     folder.mkdir(parents=True)
     (folder / "metrics.json").write_text(json.dumps({"average": 50.0, "tasks": {}}))
-    lines = [{"id": "a", "score": 1.0}, {"id": "b", "score": 0.0}, {"id": "a", "score": 0.5}]
-    (folder / "predictions.jsonl").write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    lines = [{"id": "a", "task": "t", "score": 1.0}, {"id": "b", "task": "t", "score": 0.0}]
+    (folder / "predictions.jsonl").write_text("\n".join(json.dumps(line) for line in [*lines, lines[0]]) + "\n")
     (run,) = load_runs(tmp_path)
-    assert sample_scores(run) == {"a": 0.5, "b": 0.0}  # a sample redone after a kill: the last line counts
-    (folder / "predictions.jsonl").write_text('{"id": "a"}\n')
-    with pytest.raises(ValueError, match=r"predictions.jsonl:1: not a prediction record"):
-        sample_scores(run)
+    assert sample_scores(run) == {"a": 1.0, "b": 0.0}  # an identical repeat (a sample redone) counts once
+    changed = [*lines, {**lines[0], "score": 0.5}]
+    (folder / "predictions.jsonl").write_text("\n".join(json.dumps(line) for line in changed) + "\n")
+    with pytest.raises(ValueError, match=r"sample 'a' has two different results, at lines 1 and 3"):
+        folder_scores(folder)

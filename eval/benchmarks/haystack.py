@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from restkv.eval.benchmarks.reads import note
+
 HAYSTACK_DIR = Path(__file__).resolve().parent / "data" / "haystack"
 
 EVAL_HAYSTACK = "austen_emma"
@@ -70,8 +72,10 @@ def load_haystack(source: str | Path | None = None) -> str:
     ``.txt`` file; the message says how to obtain the Paul Graham essays.
     """
     if source is None:
+        note(bundled_path(EVAL_HAYSTACK))
         return bundled_path(EVAL_HAYSTACK).read_text(encoding="utf-8")
     if isinstance(source, str) and ALIASES.get(source, source) in BUNDLED:
+        note(bundled_path(source))
         return bundled_path(source).read_text(encoding="utf-8")
 
     path = Path(source).expanduser()
@@ -81,6 +85,7 @@ def load_haystack(source: str | Path | None = None) -> str:
             raise FileNotFoundError(f"haystack folder {path} contains no .txt files. {_HOW_TO_GET_ESSAYS}")
         parts: list[str] = []
         for file in files:
+            note(file)
             text = file.read_text(encoding="utf-8", errors="replace")
             # Keep neighbouring documents from gluing their last and first words together.
             if parts and parts[-1] and not parts[-1][-1].isspace():
@@ -88,6 +93,7 @@ def load_haystack(source: str | Path | None = None) -> str:
             parts.append(text)
         return "".join(parts)
     if path.is_file():
+        note(path)
         return path.read_text(encoding="utf-8", errors="replace")
     raise FileNotFoundError(f"haystack source {path} does not exist. {_HOW_TO_GET_ESSAYS}")
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from restkv.eval.benchmarks.reads import note
 from restkv.eval.models.paths import local_path
 
 
@@ -74,6 +75,7 @@ def iter_lines(lines: Iterable[str | bytes], where: str) -> Iterator[tuple[int, 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for every non-blank line of the JSON-lines file ``path``."""
+    note(path)
     with open(path, "rb") as f:
         yield from iter_lines(f, str(path))
 
@@ -125,9 +127,11 @@ def task_records(
 
     A record must have ``fields`` (:func:`check_fields`) and an ``id_field`` value (as a string)
     that no earlier record of the file has. At most ``limit`` records are read (``None``: all),
-    so a file's lines past the limit are never parsed.
+    so a file's lines past the limit are never parsed. A file without any record is refused (a task
+    must not vanish from a run unnoticed).
     """
     seen: dict[str, int] = {}
+    count = 0
     for count, (line, record) in enumerate(source.records, start=1):
         check_fields(record, fields, benchmark=benchmark, task=task, where=source.where, line=line)
         key = str(record[id_field])
@@ -140,6 +144,11 @@ def task_records(
         yield line, record
         if limit is not None and count >= limit:
             return
+    if count == 0:
+        raise DataFileError(
+            f"{source.where}: {benchmark} task {task!r}: the file holds no record (it is empty or blank); download "
+            "it again (scripts/download_data.py) or drop the task from bench.tasks"
+        )
 
 
 def _preview(value: Any, limit: int = 40) -> str:

@@ -16,7 +16,9 @@ refused with both identities shown, unless ``on_change`` says otherwise:
 A key a newer restkv added (a new policy knob, a new top-level setting) is absent from identities
 written before it; at its default it reproduces the older behaviour, so a saved identity that lacks
 it matches a run that has it at that default (``added_defaults``), and resuming such a folder after
-an upgrade needs no ``adopt``. Any other value of the key is a different experiment. Likewise a class
+an upgrade needs no ``adopt``. Any other value of the key is a different experiment. Identities
+written before data files were hashed (``inputs``) are taken to have read the files read now (the
+runner says so). Likewise a class
 that moved keeps its experiments (restkv 0.2 installs ``baselines``, ``eval`` and ``microtrain`` as
 subpackages of ``restkv``): a saved ``_target_`` naming its old place reads as its new one (`MOVED_TARGETS`).
 """
@@ -82,12 +84,13 @@ def with_moved_targets(saved: Any) -> Any:
     return saved
 
 
-def run_identity(config: dict[str, Any], weights: str | None) -> dict[str, Any]:
-    """What makes a run the experiment it is (see the module docstring)."""
+def run_identity(config: dict[str, Any], weights: str | None, inputs: dict[str, str] | None = None) -> dict[str, Any]:
+    """What makes a run the experiment it is (see the module docstring): the config, the weights' fingerprint and
+    the content of every data file it read (``inputs``: file -> SHA-256)."""
     kept = {k: v for k, v in config.items() if k not in NOT_IDENTITY}
     if isinstance(kept.get("model"), dict):
         kept["model"] = {k: v for k, v in kept["model"].items() if k not in NOT_MODEL_IDENTITY}
-    return {"config": kept, "weights": weights}
+    return {"config": kept, "weights": weights, "inputs": dict(inputs or {})}
 
 
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:
@@ -106,14 +109,23 @@ def _differences(old: Any, new: Any, path: str = "") -> list[str]:
     return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
 
 
-def _saved(folder: Path) -> dict[str, Any] | None:
+def _saved(folder: Path, on_change: str = "refuse") -> dict[str, Any] | None:
+    """The folder's saved identity; an unreadable one is refused, or replaced under ``on_change=adopt``."""
     path = folder / IDENTITY
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise IdentityMismatch(f"{path} is unreadable ({error}); move it away or pass on_change=adopt") from error
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(saved, dict):
+            raise ValueError(f"not a JSON object but {type(saved).__name__}")
+        return saved
+    except (ValueError, UnicodeDecodeError) as error:
+        if on_change == "adopt":
+            return {"unreadable": str(error)}  # adopt declares the folder this run's: the identity is rewritten
+        raise IdentityMismatch(
+            f"{path} is unreadable ({error}); pass on_change=adopt to declare the folder's predictions this "
+            "experiment's (its identity is rewritten), or move the folder away"
+        ) from error
 
 
 def _holds_results(folder: Path) -> bool:
@@ -175,7 +187,7 @@ def claimed_folder(
     while True:
         candidate.mkdir(parents=True, exist_ok=True)
         with lock(candidate):
-            saved = _saved(candidate)
+            saved = _saved(candidate, on_change)
             if saved is not None:
                 saved = with_moved_targets(saved)
             if saved is not None and added_defaults:
@@ -195,6 +207,10 @@ def claimed_folder(
 
 
 def _write(path: Path, identity: dict[str, Any]) -> None:
+    """Write ``identity.json`` atomically; a failed write (a full disk) leaves no temporary file behind."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(identity, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(identity, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -25,6 +25,7 @@ import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,22 @@ def _read_holder(fd: int) -> dict[str, Any] | None:
     return holder if isinstance(holder, dict) else None
 
 
+RUN_FILES = (PREDICTIONS, METRICS, "config.yaml", "identity.json", LOCK, CORRUPT)
+"""The files a run writes into its folder."""
+
+
+def check_run_files(folder: Path) -> None:
+    """Refuse, before any work, a run folder where something else stands in place of a file the run writes (a
+    folder named ``metrics.json`` would only fail once every sample is done)."""
+    for name in RUN_FILES:
+        path = folder / name
+        if path.exists() and not path.is_file():
+            raise RunFolderError(
+                f"{path} is not a file (a {'folder' if path.is_dir() else 'special file'} stands "
+                f"there): move it away; the run writes its {name} there"
+            )
+
+
 def overrides_hash(overrides: Iterable[str]) -> str:
     """Short stable hash of command-line overrides (order-insensitive); '' when there are none."""
     items = sorted(overrides)
@@ -162,44 +179,36 @@ class PredictionLog:
         self.recovered: list[str] = []  # "file:line" of unreadable lines set aside
         self.duplicates: list[str] = []  # "file:line" of identical repeats ignored
         self._load()
+        self._end_line()
         self._file = self.path.open("a", encoding="utf-8")
 
     def _load(self) -> None:
-        """Read the file back: validate every result, collapse identical repeats, set torn lines aside.
-
-        Raises :class:`PredictionsError` before touching the folder when a score is not a finite
-        number or an id has two different results.
-        """
-        if not self.path.exists():
-            return
-        kept: dict[str, tuple[int, dict[str, Any]]] = {}
-        bad: list[tuple[int, str]] = []
-        repeats: list[int] = []
-        for number, line, record in _read_lines(self.path):
-            if record is None:
-                bad.append((number, line))
-                continue
-            _check_score(record, f"{self.path}:{number}", "fix that line, or delete it to have its sample redone")
-            key = str(record["id"])
-            if key not in kept:
-                kept[key] = (number, record)
-                continue
-            first, earlier = kept[key]
-            differ = _differences(earlier, record)
-            if differ:
-                raise PredictionsError(
-                    f"{self.path}: sample {key!r} has two different results, at lines {first} and {number} "
-                    f"(they differ in {', '.join(differ)}): this folder mixes results of different runs. "
-                    "Keep the right line and delete the other, or move the run folder away and run again"
-                )
-            repeats.append(number)
-        self.records = {key: record for key, (_, record) in kept.items()}
-        self.duplicates = [f"{self.path}:{number}" for number in repeats]
-        if repeats:
+        """Read the file back (`read_predictions`): refuse, before touching the folder, a result that cannot be
+        trusted; collapse identical repeats; set torn lines aside."""
+        found = read_predictions(self.path)
+        if found.problems:
+            raise PredictionsError(found.problems[0])
+        self.records = found.records
+        self.duplicates = [f"{self.path}:{number}" for number in found.repeats]
+        if found.repeats:
+            repeats = found.repeats
             shown = ", ".join(map(str, repeats[:5])) + (f" and {len(repeats) - 5} more" if len(repeats) > 5 else "")
             print(f"note: {self.path}: line(s) {shown} repeat identical earlier results; ignored", file=sys.stderr)
-        if bad:
-            self._set_aside(bad)
+        if found.unreadable:
+            self._set_aside(found.unreadable)
+
+    def _end_line(self) -> None:
+        """End the file's last line if a kill cut its newline (the record is whole: `_load` read it), so that the
+        next record starts a line of its own instead of gluing onto it."""
+        if not self.path.is_file() or self.path.stat().st_size == 0:
+            return
+        with self.path.open("rb+") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+                f.flush()
+                os.fsync(f.fileno())
+                print(f"note: {self.path}: its last line had no line end (a run was stopped while writing); added")
 
     def _set_aside(self, bad: list[tuple[int, str]]) -> None:
         """Move unreadable lines to ``predictions.corrupt.jsonl`` and rewrite the file without them."""
@@ -252,6 +261,56 @@ class PredictionLog:
         self.close()
 
 
+@dataclass
+class PredictionsRead:
+    """What ``predictions.jsonl`` holds: its trusted records, and what is wrong with the rest."""
+
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unreadable: list[tuple[int, str]] = field(default_factory=list)
+    """(line, text) of lines that are not whole JSON records (a run killed mid-write): redone on resume."""
+    repeats: list[int] = field(default_factory=list)
+    """Lines that repeat an earlier identical result (ignored)."""
+    problems: list[str] = field(default_factory=list)
+    """Results that cannot be trusted (a bad score, one id with two results, a record without id or task), each
+    naming the file, the line and the fix: the runner refuses the folder, the report leaves the run out."""
+
+
+def read_predictions(path: Path) -> PredictionsRead:
+    """The one reader of a run's ``predictions.jsonl``, for the runner (resume) and the report alike."""
+    found = PredictionsRead()
+    if not path.exists():
+        return found
+    first: dict[str, int] = {}
+    for number, line, record in _read_lines(path):
+        if record is None:
+            found.unreadable.append((number, line))
+            continue
+        where = f"{path}:{number}"
+        missing = [name for name in REQUIRED_FIELDS if name not in record]
+        if missing:
+            found.problems.append(f"{where}: a record without {', '.join(missing)}; fix or delete that line")
+            continue
+        try:
+            _check_score(record, where, "fix that line, or delete it to have its sample redone")
+        except PredictionsError as error:
+            found.problems.append(str(error))
+            continue
+        key = str(record["id"])
+        if key not in found.records:
+            found.records[key], first[key] = record, number
+            continue
+        differ = _differences(found.records[key], record)
+        if differ:
+            found.problems.append(
+                f"{path}: sample {key!r} has two different results, at lines {first[key]} and {number} (they differ "
+                f"in {', '.join(differ)}): this folder mixes results of different runs. Keep the right line and "
+                "delete the other, or move the run folder away and run again"
+            )
+        else:
+            found.repeats.append(number)
+    return found
+
+
 def _read_lines(path: Path) -> Iterator[tuple[int, str, dict[str, Any] | None]]:
     """(line number, line, parsed record or None if unreadable) for every non-blank line."""
     with path.open(encoding="utf-8", errors="replace") as f:
@@ -272,13 +331,14 @@ def _parse(line: str) -> dict[str, Any] | None:
 
 
 def _score_problem(score: object) -> str | None:
-    """What is wrong with ``score`` ("is a string, not a number"), or None when it is a finite real number."""
+    """What is wrong with ``score`` ("is a string, not a number"), or None when it is a real number in [0, 1]
+    (a sample's score is a fraction: 55 would turn an average of points into thousands)."""
     if isinstance(score, bool):  # before int: JSON true would otherwise average as 1
         return "is a boolean, not a number"
-    if isinstance(score, int):
-        return None
-    if isinstance(score, float):
-        return None if math.isfinite(score) else "is not a finite number"
+    if isinstance(score, int | float) and not math.isfinite(score):
+        return "is not a finite number"
+    if isinstance(score, int | float):
+        return None if 0 <= score <= 1 else "is outside [0, 1] (a sample's score is a fraction, never points)"
     kind = {type(None): "null", str: "a string", list: "a list", dict: "an object"}.get(
         type(score), type(score).__name__
     )
@@ -286,7 +346,7 @@ def _score_problem(score: object) -> str | None:
 
 
 def _check_score(record: dict[str, Any], where: str, hint: str) -> None:
-    """Raise :class:`PredictionsError` at ``where`` unless the record's score is a finite real number."""
+    """Raise :class:`PredictionsError` at ``where`` unless the record's score is a real number in [0, 1]."""
     problem = _score_problem(record["score"])
     if problem is not None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -14,16 +15,25 @@ from tqdm import tqdm
 
 from restkv import Budget, compress
 from restkv.devices import pick_device
+from restkv.eval.benchmarks.reads import recording
 from restkv.eval.benchmarks.sample import Sample
 from restkv.eval.evaluation import Evaluation, Session
 from restkv.eval.evaluation.batched import resolve_decode_batch
 from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.identity import claimed_folder, run_identity
-from restkv.eval.harness.run_folder import PredictionLog, RunLock, format_table, run_folder, summarize, write_metrics
+from restkv.eval.harness.run_folder import (
+    PredictionLog,
+    RunLock,
+    check_run_files,
+    format_table,
+    run_folder,
+    summarize,
+    write_metrics,
+)
 from restkv.eval.harness.validate import check_config
-from restkv.eval.models.fingerprint import weights_fingerprint
-from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer
+from restkv.eval.models.fingerprint import input_digests, weights_fingerprint
+from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer, local_config
 from restkv.eval.models.placement import check_device_map
 from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model
 from restkv.quantize import Quantization
@@ -100,12 +110,16 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     check_device_map(spec.device_map, device)
     budget = Budget(cfg.budget)
     policy = instantiate(cfg.policy, _convert_="all")
-    check_storage(policy, cfg.get("layout", "auto"), quantization)
+    model_config = local_config(spec)
+    check_storage(policy, cfg.get("layout", "auto"), quantization, model_config)
+    if model_config is not None:
+        policy.check_model(model_config)
     policy.check_budget(budget)
     benchmark = instantiate(cfg.bench, _convert_="all")
     evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
     tokenizer = load_tokenizer(spec)
-    samples = list(benchmark.load_samples(tokenizer))
+    with recording() as read:  # every data file the benchmark reads belongs to the run's identity
+        samples = list(benchmark.load_samples(tokenizer))
     available = len(samples)
     if cfg.limit is not None:
         samples = samples[: cfg.limit]
@@ -120,7 +134,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
             f"{len(samples)} of {available} samples and record the skip in metrics.json"
         )
     folder = folder_of(settings, budget)
-    identity = run_identity(values, weights_fingerprint(spec))
+    identity = run_identity(values, weights_fingerprint(spec), input_digests([*read, *policy.input_files()]))
     batch = resolve_decode_batch(
         cfg.get("decode_batch", "auto"), device, cfg.get("decode", "auto"), why_unbatchable(evaluation, quantization)
     )
@@ -229,9 +243,19 @@ def cache_summary(records: list[dict[str, Any]], layout: str, quantization: Quan
     return {"layout": layout, "quantization": quantization.describe(), "samples_measured": len(sized), **means}
 
 
+def folder_records(plan: Plan, log: PredictionLog) -> list[dict[str, Any]]:
+    """Every record the folder holds: the planned samples' in their order, then those a run without ``limit`` (or
+    with a higher one) wrote. A folder holds one experiment, so ``metrics.json`` covers all of them: a rerun with a
+    lower ``limit`` never shrinks it."""
+    planned = [s.id for s in plan.samples]
+    ordered = [log.records[key] for key in planned if key in log.records]
+    known = set(planned)
+    return ordered + [record for key, record in log.records.items() if key not in known]
+
+
 def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: DictConfig, settings: RunSettings):
     """``metrics.json``'s content: scores, what ran and what was skipped, benchmark and strategy extras."""
-    task_order = list(dict.fromkeys(s.task for s in plan.samples))
+    task_order = list(dict.fromkeys([*(s.task for s in plan.samples), *(str(r["task"]) for r in records)]))
     summary = summarize(records, task_order)
     summary.update(
         bench=settings.bench,
@@ -267,16 +291,29 @@ ADDED_SETTINGS = {"layout": "auto", "quantization": asdict(Quantization())}
 """Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
 
 
-def added_defaults(policy: str) -> dict[tuple, Any]:
+def added_defaults(policy: str, identity: dict[str, Any]) -> dict[tuple, Any]:
     """What an identity written by an earlier restkv may lack and still be this run: every knob of the
-    policy at its default, and the top-level settings added since (see `restkv.eval.harness.identity`)."""
+    policy at its default, the top-level settings added since, and the data files' hashes (taken to be the
+    files read now; see `restkv.eval.harness.identity`)."""
     try:
         knobs = policy_defaults(policy)
     except ValueError:
         knobs = {}
     defaults: dict[tuple, Any] = {("config", "policy", k): v for k, v in knobs.items()}
     defaults.update({("config", k): v for k, v in ADDED_SETTINGS.items()})
+    defaults[("inputs",)] = identity["inputs"]
     return defaults
+
+
+def note_unhashed_inputs(folder: Path) -> None:
+    """Say so when a folder's identity predates data-file hashing (its data is assumed to be today's)."""
+    saved = folder / "identity.json"
+    try:
+        unhashed = saved.is_file() and "inputs" not in json.loads(saved.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # unreadable: claimed_folder says so
+    if unhashed:
+        print(f"note: {saved} predates data-file hashing: the data files read now are taken to be the ones it read")
 
 
 def run_benchmark(
@@ -288,12 +325,15 @@ def run_benchmark(
     locked (``restkv.eval.harness.tracking``: a tracker copying the finished run)."""
     plan = plan_run(cfg, settings)
     on_change = cfg.get("on_change", "refuse")
-    defaults = added_defaults(settings.policy)
+    defaults = added_defaults(settings.policy, plan.identity)
+    note_unhashed_inputs(plan.folder)
+    check_run_files(plan.folder)
     with claimed_folder(plan.folder, plan.identity, on_change, RunLock, defaults) as folder:
+        check_run_files(folder)
         (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         with PredictionLog(folder) as log:
             evaluate_missing(plan, log, cfg, f"{settings.bench}/{settings.policy}@{plan.budget}")
-            records = [log.records[s.id] for s in plan.samples if s.id in log.records]
+            records = folder_records(plan, log)
         summary = summary_of(plan, records, folder, cfg, settings)
         write_metrics(folder, summary)
         if on_finished is not None:
@@ -301,6 +341,11 @@ def run_benchmark(
     title = f"{settings.bench} | {settings.model} | {settings.policy} | budget {plan.budget}"
     print(format_table(summary, title=title))
     print(f"results: {folder}")
+    if len(records) > len(plan.samples):
+        print(
+            f"note: limit={cfg.limit} ran the first {len(plan.samples)} samples; metrics.json covers all "
+            f"{len(records)} samples this folder holds"
+        )
     if plan.skipped:
         print(f"note: skipped {_listed(plan.skipped)} (allowed by allow_skips=true; recorded in metrics.json)")
     return summary

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -108,9 +109,22 @@ def tracker_for(cfg: DictConfig) -> Tracker | None:
     if backend == "none":
         return None
     settings = wandb_settings(node)
+    if settings.dir:
+        check_writable(Path(settings.dir), "logger.dir")
     config = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(config, dict)
     return WandbTracker(settings, import_wandb(), config, Path(str(cfg.out_dir)))
+
+
+def check_writable(folder: Path, key: str) -> None:
+    """Refuse, before any work, a folder the tracker could not write its record into after the run."""
+    existing = next((p for p in [folder, *folder.parents] if p.exists()), None)
+    if existing is not None and (not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK)):
+        state = "read-only" if existing.is_dir() else "not a folder"
+        raise TrackingUnavailable(
+            f"{key}={str(folder)!r} cannot be written ({existing} is {state}); choose another folder, or leave it "
+            "unset (the record goes into the run folder)"
+        )
 
 
 def numbers(summary: dict[str, Any], prefix: str = "") -> dict[str, float]:

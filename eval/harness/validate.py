@@ -21,6 +21,7 @@ from typing import Any
 
 from restkv.eval.evaluation.decoding import PROTOCOLS
 from restkv.layouts import LAYOUTS
+from restkv.select import Budget
 
 ON_CHANGE = ("refuse", "new_folder", "adopt")
 """What a run does when its folder holds another experiment (see `restkv.eval.harness.identity`)."""
@@ -124,6 +125,7 @@ def check_run_keys(values: dict[str, Any]) -> None:
         )
     if isinstance(budget, float) and not (math.isfinite(budget) and (0 < budget < 1 or budget.is_integer())):
         raise ValueError(f"budget={budget!r} is not allowed; a fraction of the prompt must lie in (0, 1)")
+    Budget(budget)  # budget=1.0 is ambiguous: refused with the way out
     if values.get("protocol") not in PROTOCOLS:
         raise ValueError(f"protocol={values.get('protocol')!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
     if values.get("layout", "auto") not in LAYOUTS:

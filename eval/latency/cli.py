@@ -13,6 +13,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from restkv.eval.harness.config_tree import CONFIGS
+from restkv.eval.harness.errors import guarded
 from restkv.eval.latency import model_mode, scoring_mode
 from restkv.eval.latency.modeling import cache_token_bytes
 from restkv.eval.latency.plots import plot
@@ -57,6 +58,7 @@ def run(settings: Settings, command: str = "") -> dict[str, Any]:
 
 
 @hydra.main(version_base=None, config_path=str(CONFIGS), config_name="latency_main")
+@guarded
 def main(cfg: DictConfig) -> None:
     preset = HydraConfig.get().runtime.choices["latency"]
     settings = Settings.from_config(cfg.latency, preset)

@@ -175,6 +175,20 @@ def _marginal(full: dict, compressed: dict) -> float | None:
     return round(extra_bytes / extra_seconds / 1e9, 3) if extra_seconds > 0 else None
 
 
+def skipped_budgets(settings: Any) -> list[str]:
+    """A note per (context, budget) left out because the budget keeps the whole context (nothing to evict)."""
+    notes = []
+    for context in settings.contexts:
+        for kind, budgets in (("prefill", settings.budgets), ("decode", settings.decode_budgets)):
+            left = [b for b in budgets if b >= context]
+            if left:
+                notes.append(
+                    f"{kind} at {context} tokens: budget(s) {', '.join(map(str, left))} not measured, they keep the "
+                    "whole context (a budget must be below the context to evict anything)"
+                )
+    return notes
+
+
 def decode_ratios(entries: list[dict], raw: dict[tuple, list[float]]) -> list[dict[str, Any]]:
     """Compressed vs full decoding per context and cache kind: measured speedup against the bound's."""
     ratios = []
@@ -265,6 +279,7 @@ def summarize(settings: Settings, raw: dict[str, Any], token_bytes: int, command
     notes = [SYNTHETIC_NOTE] if decode and settings.decode_fill == "synthetic" else []
     notes += [ATTENTION_NOTE] if any("attention_ms" in e for e in decode) else []
     notes.append(f"random weights with the shape's config.json (no download); {ALTERNATION_NOTE}")
+    notes += skipped_budgets(settings)
     model = {
         "parameters": raw["parameters"],
         "parameter_bytes_read_per_step": raw["parameter_bytes_read"],

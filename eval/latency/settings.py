@@ -27,6 +27,10 @@ BOUND_BANDWIDTHS = ("copy", "read")
 MODES = ("model", "scoring")
 
 
+def _positive_ints(values: Any) -> bool:
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+
+
 @dataclass
 class Settings:
     """One preset; every field is documented in ``configs/latency/base.yaml``."""
@@ -100,7 +104,9 @@ class Settings:
                 f"attn_implementation={self.attn_implementation} does not take; drop them or use sdpa",
             ),
             (self.bound_bandwidth in BOUND_BANDWIDTHS, f"bound_bandwidth={self.bound_bandwidth!r}: copy or read"),
-            (all(c > 0 for c in self.contexts), f"contexts={self.contexts}: lengths must be positive"),
+            (_positive_ints(self.contexts), f"contexts={self.contexts}: lengths must be positive integers"),
+            (_positive_ints(self.budgets), f"budgets={self.budgets}: budgets must be positive integers"),
+            (_positive_ints(self.decode_budgets), f"decode_budgets={self.decode_budgets}: positive integers"),
             (self.repeats >= 1 and self.warmup >= 0, "repeats must be >= 1 and warmup >= 0"),
             (self.decode_tokens >= 1 and self.decode_warmup_tokens >= 0, "decode_tokens must be >= 1"),
         ]

@@ -175,3 +175,18 @@ def _write_cache(fresh: dict[str, dict[str, Any]]) -> None:
         if temporary is not None:
             with contextlib.suppress(OSError):
                 temporary.unlink()
+
+
+def input_digests(files: list[Path]) -> dict[str, str]:
+    """``{file: sha256}`` of the data files a run read (`restkv.eval.benchmarks.reads`), each hashed once and cached
+    like the weights; files under the project are named relative to it, so a checkout moved keeps its identities."""
+    from restkv.eval.models.paths import project_root
+
+    root = project_root().resolve()
+    existing = sorted({Path(f).resolve() for f in files if Path(f).is_file()})
+    digests = file_digests(existing)
+    named = {}
+    for file in existing:
+        label = str(file.relative_to(root)) if file.is_relative_to(root) else str(file)
+        named[label] = f"{FINGERPRINT_SCHEME}:{digests[file]}"
+    return named

@@ -20,6 +20,16 @@ def resolve(path: str) -> str:
     return str(local) if local is not None else path
 
 
+def local_config(spec: ModelSpec) -> Any:
+    """The model's config when its folder is local (no download; what checks before loading read), else None."""
+    folder = local_path(spec.path)
+    if folder is None or not (folder / "config.json").is_file():
+        return None
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(folder)
+
+
 def load_tokenizer(spec: ModelSpec) -> PreTrainedTokenizerBase:
     """The tokenizer of ``model.tokenizer`` when given, else the one beside the weights."""
     from transformers import AutoTokenizer

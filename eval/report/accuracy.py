@@ -9,7 +9,7 @@ model), a row's label naming its knobs and quantization, and its variant where l
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -43,6 +43,8 @@ class Report:
     samples: pd.DataFrame
     out: Path
     root: Path
+    notes: list[str] = field(default_factory=list)
+    """Run folders left out, and why (in progress, stopped, untrustworthy results)."""
 
     def headline(self) -> pd.DataFrame:
         """One row per run: its average over tasks and lengths."""
@@ -59,9 +61,14 @@ def _stem(*parts: str) -> str:
 
 
 def _label(row: pd.Series) -> str:
+    """``policy (knobs, quantization, storage)``, then ``~N`` for a sibling folder and ``[source]`` for a nested
+    out_dir: whatever tells two runs of one policy apart is in their labels."""
     extra = [row["knobs"]] if row["knobs"] else []
     extra += [row["quantization"]] if row["quantization"] != "none" else []
-    return row["policy"] + (f" ({', '.join(extra)})" if extra else "")
+    extra += [row["storage"]] if row.get("storage") else []
+    label = row["policy"] + (f" ({', '.join(extra)})" if extra else "")
+    label += f" ~{row['sibling']}" if row.get("sibling") else ""
+    return label + (f" [{row['source']}]" if row.get("source") else "")
 
 
 def _knob_order(knobs: str) -> tuple[str, float, str]:
@@ -116,21 +123,23 @@ def budgets(report: Report) -> list[Path]:
     rows = _numeric_budget(report.headline())
     plt = pyplot()
     for (bench, model, variant), group in rows.groupby(["bench", "model", "variant"]):
-        group = group[(group.knobs == "") & (group.quantization == "none")]
-        spread = group.groupby("policy").budget_value.transform("nunique")
+        group = group[(group.knobs == "") & (group.quantization == "none") & (group.storage == "")]
+        group = group.assign(series=[_label(r) for _, r in group.iterrows()])  # sibling and source runs apart
+        spread = group.groupby("series").budget_value.transform("nunique")
         group = group[(group.policy == "full") | (spread >= 2)]  # a single-budget run is no curve
         if not (group.policy != "full").any():
             continue
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         reported = paper.LONGBENCH_AVERAGES.get(model) if bench == "longbench" else None
-        for policy, points in group.groupby("policy", sort=False):
-            if policy == "full":  # budget-free: one run stands for all budgets
+        for series, points in group.groupby("series", sort=False):
+            policy = points.policy.iloc[0]
+            if policy == "full" and series == "full":  # budget-free: one run stands for all budgets
                 full = points.iloc[0]
                 ax.axhline(full.score, color="black", linestyle="--", label=f"full cache (n={full.samples})")
                 if pd.notna(full.score_low):
                     ax.axhspan(full.score_low, full.score_high, color="black", alpha=0.05, lw=0)
                 continue
-            line = curve(ax, points, "budget_value", f"{policy} (n={points.samples.max()})")
+            line = curve(ax, points, "budget_value", f"{series} (n={points.samples.max()})")
             if reported and policy in reported.y:
                 ax.plot(reported.x, reported.y[policy], color=line.get_color(), **PAPER_STYLE)
         if reported:

@@ -6,6 +6,7 @@ own settings, the artifacts whose runs are missing with the command that makes t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,16 +87,32 @@ def build_report(root: Path, out: Path) -> Report:
     """Read every run under ``root`` once: the tidy table and the per-sample frame."""
     if not Path(root).is_dir():
         raise FileNotFoundError(f"--runs {root}: no such folder (run folders live under out_dir, default results/)")
-    return Report(table=run_table(root), samples=sample_frame(load_runs(Path(root))), out=Path(out), root=Path(root))
+    blocked = next((p for p in (Path(out), *Path(out).parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise ValueError(f"--out {out}: {blocked} is a file, not a folder; choose another output folder")
+    notes: list[str] = []
+    runs = load_runs(Path(root), notes)
+    efficiency.latency_records(Path(root), notes)  # only for the notes: a record that cannot be read is named
+    return Report(run_table(root, runs=runs), sample_frame(runs), Path(out), Path(root), notes)
 
 
 def write_table(report: Report) -> list[Path]:
     """The tidy table as ``runs.csv`` and ``runs.md`` in the output folder."""
     report.out.mkdir(parents=True, exist_ok=True)
     csv, markdown = report.out / "runs.csv", report.out / "runs.md"
-    report.table.to_csv(csv, index=False)
-    markdown.write_text(to_markdown(report.table.drop(columns=["folder"])) + "\n")
+    write_atomically(csv, report.table.to_csv(index=False))
+    write_atomically(markdown, to_markdown(report.table.drop(columns=["folder"])) + "\n")
     return [csv, markdown]
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: a full disk leaves the previous file (or none), never a truncated one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _missing(artifact: Artifact, report: Report, drawn: list[Path]) -> list[Needs]:

@@ -1,14 +1,19 @@
-"""Reading finished runs back: every ``metrics.json`` under a results root, as flat rows."""
+"""Reading finished runs back: every run folder under a results root, as flat rows.
+
+Folders are read with the runner's own reader (`restkv.eval.harness.folder_state`): a run still writing (its
+lock held), a stopped run without ``metrics.json``, and a folder whose results the runner would refuse are left
+out of the report, each with a note saying why and what to do (`load_runs` collects them).
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from restkv.eval.harness.run_folder import METRICS, PREDICTIONS
+from restkv.eval.harness.folder_state import FolderState, read_folder
+from restkv.eval.harness.run_folder import METRICS, PREDICTIONS, PredictionsError, read_predictions
 
 
 @dataclass
@@ -23,6 +28,16 @@ class RunResult:
     """The hash suffix of other overrides ('' for none)."""
     metrics: dict[str, Any]
     folder: Path
+    sibling: str = ""
+    """``N`` of a ``<name>~N`` folder (``on_change=new_folder``: another experiment beside the first), else ''."""
+    source: str = ""
+    """The ``out_dir`` below the report's root when runs are nested in several ('' at the root itself)."""
+    state: FolderState | None = None
+
+    @property
+    def records(self) -> dict[str, dict[str, Any]]:
+        """The run's trusted per-sample records by id (empty when it kept none)."""
+        return self.state.records if self.state is not None else read_predictions(self.folder / PREDICTIONS).records
 
     @property
     def config(self) -> dict[str, Any]:
@@ -30,7 +45,7 @@ class RunResult:
         import yaml
 
         path = self.folder / "config.yaml"
-        return yaml.safe_load(path.read_text()) if path.exists() else {}
+        return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.exists() else {}
 
     @property
     def average(self) -> float:
@@ -45,50 +60,85 @@ class RunResult:
 
 
 def sample_scores(run: RunResult) -> dict[str, float]:
-    """Each sample's score (0-1) by sample id, from the run's ``predictions.jsonl`` (the last line per id)."""
-    return folder_scores(run.folder)
+    """Each sample's score (0-1) by sample id, from the run's ``predictions.jsonl``."""
+    return {key: float(record["score"]) for key, record in run.records.items()}
 
 
 def folder_scores(folder: Path) -> dict[str, float]:
-    """`sample_scores` of the run folder ``folder``."""
+    """`sample_scores` of the run folder ``folder`` (refused, naming the line, where the runner would refuse it)."""
     path = folder / PREDICTIONS
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: per-sample scores (and their intervals) need it")
-    scores: dict[str, float] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-                scores[str(record["id"])] = float(record["score"])
-            except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(
-                    f"{path}:{number}: not a prediction record with an id and a score ({error})"
-                ) from error
-    return scores
+    found = read_predictions(path)
+    if found.problems:
+        raise PredictionsError(found.problems[0])
+    return {key: float(record["score"]) for key, record in found.records.items()}
 
 
-def load_runs(root: Path) -> list[RunResult]:
-    """Every run under ``root``, at any depth (layout ``.../bench/model/policy.../budget<B>[-hash]/metrics.json``).
+def _run_folders(root: Path) -> list[Path]:
+    """Every leaf run folder (``budget<B>[-hash][~N]``) under ``root`` holding a metrics or predictions file."""
+    found = {p.parent for name in (METRICS, PREDICTIONS) for p in Path(root).rglob(name)}
+    return sorted(f for f in found if f.name.startswith("budget") and ".sweeps" not in f.relative_to(root).parts)
+
+
+def load_runs(root: Path, notes: list[str] | None = None) -> list[RunResult]:
+    """Every finished run under ``root``, at any depth (layout ``.../bench/model/policy.../budget<B>[-hash]``).
 
     Bench, model and policy come from ``metrics.json`` where it records them (so an ``out_dir`` nested
-    in another results root reads right), else from the folder names.
+    in another results root reads right), else from the folder names. Folders left out (in progress,
+    stopped before ``metrics.json``, results the runner would refuse) get a line in ``notes``.
     """
-    runs = []
-    for path in sorted(Path(root).rglob(METRICS)):
-        folder = path.parent
-        parts = folder.relative_to(root).parts
-        if not parts[-1].startswith("budget") or ".sweeps" in parts:
+    runs, notes = [], notes if notes is not None else []
+    for folder in _run_folders(Path(root)):
+        state = read_folder(folder)
+        reason = _left_out(state)
+        if reason:
+            notes.append(f"left out {folder}: {reason}")
             continue
-        metrics = json.loads(path.read_text())
+        if state.predictions.unreadable:
+            notes.append(
+                f"{folder}: {len(state.predictions.unreadable)} unreadable line(s) in {PREDICTIONS} (a run stopped "
+                "while writing) are not counted; run the same command again to redo those samples"
+            )
+        metrics = state.metrics or {}
+        parts = folder.relative_to(root).parts
         named = all(metrics.get(key) for key in ("bench", "model", "policy"))
         if not named and len(parts) < 4:
+            notes.append(f"left out {folder}: its metrics.json names no bench/model/policy and its path is too short")
             continue
-        budget, _, variant = parts[-1].removeprefix("budget").partition("-")
+        leaf, _, sibling = parts[-1].partition("~")
+        budget, _, variant = leaf.removeprefix("budget").partition("-")
         bench = str(metrics["bench"] if named else parts[0])
         model = str(metrics["model"] if named else parts[1])
         policy = str(metrics["policy"] if named else "/".join(parts[2:-1]))
-        runs.append(RunResult(bench, model, policy, budget, variant, metrics, folder))
+        depth = 3 + policy.count("/")  # bench / model / policy... / budget
+        source = "/".join(parts[: max(0, len(parts) - 1 - depth)])
+        runs.append(RunResult(bench, model, policy, budget, variant, metrics, folder, sibling, source, state))
     return runs
+
+
+def _left_out(state: FolderState) -> str | None:
+    """Why the report cannot use this folder, with what to do; None when it can."""
+    import yaml
+
+    count = len(state.records)
+    config = state.folder / "config.yaml"
+    try:
+        parsed = yaml.safe_load(config.read_text(encoding="utf-8")) if config.exists() else {}
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        return f"{config} cannot be read ({str(error).splitlines()[0]}): run the same command again to rewrite it"
+    if parsed is not None and not isinstance(parsed, dict):
+        return f"{config} is not the mapping a run writes: run the same command again to rewrite it"
+    if state.in_progress:
+        return f"a run is still writing it ({count} samples so far); rerun the report when it has finished"
+    if state.problems:
+        return "; ".join(state.problems)
+    if state.metrics is None:
+        return (
+            f"{count} samples and no {METRICS}: a run stopped before it finished; run the same command again to "
+            "finish it"
+        )
+    return None
 
 
 def select(runs: Iterable[RunResult], **where: str) -> list[RunResult]:

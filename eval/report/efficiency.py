@@ -17,15 +17,24 @@ from restkv.eval.report.figures import PAPER_STYLE, legend, pyplot, save, title
 RECORD_KEYS = ("settings", "machine", "model")
 
 
-def latency_records(root: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every latency record under ``root`` (JSON files with the benchmark's keys), by path."""
+def latency_records(root: Path, notes: list[str] | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Every latency record under ``root`` (JSON files with the benchmark's keys), by path.
+
+    A JSON file that cannot be parsed (a benchmark stopped while writing it, a full disk) is named in
+    ``notes`` rather than skipped unseen: it may be the record the reader was looking for.
+    """
     found = []
     for path in sorted(Path(root).rglob("*.json")):
         if path.name in ("metrics.json", "identity.json") or ".sweeps" in path.parts:
             continue
         try:
-            record = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError):
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            if notes is not None:
+                notes.append(
+                    f"left out {path}: not readable JSON ({str(error).splitlines()[0]}); if it is a latency record, "
+                    "run its benchmark again to rewrite it"
+                )
             continue
         if (
             isinstance(record, dict)

@@ -10,7 +10,6 @@ samples (resampled within each task for averages, so each task keeps its weight)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from restkv.eval.harness.run_folder import PREDICTIONS
 from restkv.eval.report.collect import RunResult, load_runs
 from restkv.eval.report.uncertainty import LEVEL, RESAMPLES
 
 RUN_COLUMNS = [
-    "model", "bench", "policy", "budget", "allocation", "quantization", "knobs", "protocol", "variant", "folder",
+    "model", "bench", "policy", "budget", "allocation", "quantization", "storage", "knobs", "protocol", "variant",
+    "sibling", "source", "folder",
 ]  # fmt: skip
-"""What identifies a run in the table (``knobs``: the policy knobs that differ from the policy's defaults)."""
+"""What identifies a run in the table (``knobs``: the policy knobs that differ from the policy's defaults;
+``storage``: the layout and quantization settings that differ from the defaults; ``sibling``: ``N`` of a
+``~N`` folder; ``source``: the nested ``out_dir`` a run came from)."""
 MEASURES = ["prefill_seconds", "decode_seconds", "cache_bytes", "peak_memory_bytes"]
 """Per-sample measurements averaged into each row (NaN where a run did not record them)."""
 CELL_COLUMNS = ["task", "length", "depth"]
@@ -45,6 +46,21 @@ def _knobs_off_default(policy: str, knobs: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(changed.items()))
 
 
+def _storage(config: dict[str, Any]) -> str:
+    """The layout and every quantization setting that differ from the defaults, ``name=value`` comma-separated."""
+    from restkv.quantize import Quantization
+
+    parts = [f"layout={config['layout']}"] if config.get("layout", "auto") != "auto" else []
+    quantization = dict(config.get("quantization") or {})
+    if quantization.get("backend", "none") != "none":
+        defaults = {f: getattr(Quantization(), f) for f in Quantization.__dataclass_fields__}
+        parts += [
+            f"{key}={value}" for key, value in sorted(quantization.items())
+            if key not in ("backend", "nbits") and defaults.get(key) != value
+        ]  # fmt: skip
+    return ",".join(parts)
+
+
 def run_columns(run: RunResult) -> dict[str, Any]:
     """The run-identifying columns of ``run``, from its folder name and resolved ``config.yaml``."""
     config = run.config
@@ -58,9 +74,12 @@ def run_columns(run: RunResult) -> dict[str, Any]:
         "budget": run.budget,
         "allocation": str(policy_config.get("allocation") or "uniform"),
         "quantization": backend if backend == "none" else f"{backend}-{quantization.get('nbits')}bit",
+        "storage": _storage(config),
         "knobs": _knobs_off_default(run.policy, policy_config) if policy_config else "",
         "protocol": str(run.metrics.get("protocol", config.get("protocol", ""))),
         "variant": run.variant,
+        "sibling": run.sibling,
+        "source": run.source,
         "folder": str(run.folder),
     }
 
@@ -78,16 +97,8 @@ def _length_of(record: dict[str, Any], bench: str) -> str:
 
 
 def _sample_rows(run: RunResult, columns: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    latest: dict[str, dict[str, Any]] = {}
-    path = run.folder / PREDICTIONS
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-                latest[str(record["id"])] = record
-            except (ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"{path}:{number}: not a prediction record with an id ({error})") from error
-    for sample_id, record in latest.items():
+    """One row per record the runner's reader trusts (`RunResult.records`)."""
+    for sample_id, record in run.records.items():
         meta = record.get("meta") or {}
         yield {
             **columns,
@@ -109,7 +120,7 @@ def sample_frame(runs: list[RunResult]) -> pd.DataFrame:
     Runs without ``predictions.jsonl`` are left out here (see :func:`run_table`, which keeps their
     task scores without intervals).
     """
-    rows = [row for run in runs if (run.folder / PREDICTIONS).is_file() for row in _sample_rows(run, run_columns(run))]
+    rows = [row for run in runs if run.records for row in _sample_rows(run, run_columns(run))]
     frame = pd.DataFrame(rows, columns=[*RUN_COLUMNS, "id", *CELL_COLUMNS, "score", *MEASURES])
     return frame.astype({"score": float, **dict.fromkeys(MEASURES, float)})
 
@@ -167,12 +178,11 @@ def _metrics_only(run: RunResult) -> list[dict[str, Any]]:
     return rows
 
 
-def run_table(root: Path | str, resamples: int = RESAMPLES) -> pd.DataFrame:
-    """The tidy table of every run under ``root``: task x length rows, averages per length and overall.
-
-    Rows are ordered by model, bench, policy (alphabetically), numeric budget, then as computed.
-    """
-    runs = load_runs(Path(root))
+def run_table(root: Path | str, resamples: int = RESAMPLES, runs: list[RunResult] | None = None) -> pd.DataFrame:
+    """The tidy table of every run under ``root`` (or of ``runs``, already read): task x length rows, averages
+    per length and overall. Rows are ordered by model, bench, policy (alphabetically), numeric budget, then as
+    computed. A run without per-sample records gives its task scores without intervals."""
+    runs = load_runs(Path(root)) if runs is None else runs
     samples = sample_frame(runs)
     parts = [
         aggregate(samples, ["task", "length"], resamples),
@@ -180,7 +190,7 @@ def run_table(root: Path | str, resamples: int = RESAMPLES) -> pd.DataFrame:
         aggregate(samples, ["length"], resamples).assign(task=AVERAGE),
         aggregate(samples.assign(length=ALL), ["length"], resamples).assign(task=AVERAGE),
     ]
-    bare = [row for run in runs if not (run.folder / PREDICTIONS).is_file() for row in _metrics_only(run)]
+    bare = [row for run in runs if not run.records for row in _metrics_only(run)]
     if bare:
         parts.append(pd.DataFrame(bare))
     table = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(len(p) for p in parts) else parts[0]

@@ -92,6 +92,7 @@ from restkv.eval.benchmarks.jsonl import (
 from restkv.eval.benchmarks.longbench.metrics import bucket_scores, format_buckets, length_bucket, longbench_postprocess
 from restkv.eval.benchmarks.metrics import score as score_metric
 from restkv.eval.benchmarks.official import cap_new_tokens, check_loader_knobs, is_llama2, load_task_files, wrap_llama2
+from restkv.eval.benchmarks.reads import note
 from restkv.eval.models.hub import download_dataset_file
 
 if TYPE_CHECKING:
@@ -475,6 +476,7 @@ class _Archive:
                 self._zip = zipfile.ZipFile(self.path)
         if self._zip is None:
             return None
+        note(self.path)
         member = next((n for n in self._zip.namelist() if n.rsplit("/", 1)[-1] == file_name), None)
         if member is None:
             return None

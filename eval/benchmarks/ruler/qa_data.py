@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from restkv.eval.benchmarks.reads import note
 from restkv.eval.benchmarks.ruler.plan import RulerData
 from restkv.eval.models.hub import hub_reachable
 from restkv.eval.models.paths import project_root
@@ -123,6 +124,8 @@ def load_qa(dataset: str, data: RulerData | None = None) -> QAData:
         raise ValueError(f"unknown QA dataset {dataset!r}")
     path = Path(given) if given is not None else project_root() / default
     key = (dataset, str(path.resolve()))
+    if path.is_file():
+        note(path)  # on every call: the cache below must not hide the file from a run's identity
     if key in _QA_CACHE:
         return _QA_CACHE[key]
     if path.is_file():

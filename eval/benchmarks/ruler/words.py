@@ -20,6 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from restkv.eval.benchmarks.reads import note
+
 WORDS_DIR = Path(__file__).resolve().parent.parent / "data" / "words"
 VOCABULARIES = ("wonderwords", "bundled")
 NEEDLE_KINDS = ("numbers", "words", "uuids")
@@ -86,10 +88,15 @@ def key_words() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return bundled.adjectives, bundled.nouns
 
 
-@cache
 def english_words(path: str | None = None) -> tuple[str, ...]:
     """The large pool for long common-words prompts: RULER's ``english_words.json`` at ``path``
     (a JSON object whose values are the words), else the bundled ``english_words.txt``."""
+    note(path if path is not None else WORDS_DIR / "english_words.txt")  # on every call, whatever the cache
+    return _english_words(path)
+
+
+@cache
+def _english_words(path: str | None) -> tuple[str, ...]:
     if path is None:
         return _bundled_list("english_words.txt")
     try:
