@@ -15,32 +15,34 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if __package__ in (None, "") and sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]  # executed as a script: its folder's packages are restkv.eval's, never top-level names
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from restkv.eval.harness import config_tree, errors, gpu_slots, tracking
-from restkv.eval.harness.identity import IdentityMismatch
-from restkv.eval.harness.run_folder import RunFolderError
-from restkv.eval.harness.runner import EmptyRun, RunSettings, SkippedWork, run_benchmark
+from restkv.eval.harness import errors, preflight
+from restkv.eval.models.paths import bundled
 
-errors.register(
-    IdentityMismatch,
-    RunFolderError,
-    SkippedWork,
-    EmptyRun,
-    gpu_slots.GpuSlotError,
-    tracking.TrackingUnavailable,
-    tracking.TrackingFailed,
-)
-"""What a bad setting, missing data or a busy or foreign run folder raise: shown as one message, no traceback
-(``HYDRA_FULL_ERROR=1`` shows it); file-system errors too (`restkv.eval.harness.errors`)."""
+if TYPE_CHECKING:  # the run's machinery is imported once the command line has been checked
+    from restkv.eval.harness.runner import RunSettings
 
-CONFIGS = str(config_tree.CONFIGS)
+CONFIG_DIR = str(bundled("configs"))
+"""The Hydra config tree (``configs/``)."""
+
+
+def __getattr__(name: str) -> str:
+    """``CONFIGS``: the config tree, for composing configs in code (``initialize_config_dir(config_dir=CONFIGS)``);
+    reading it registers the typed nodes the configs extend (which imports torch), as a run does."""
+    if name == "CONFIGS":
+        import restkv.eval.harness.config_tree  # noqa: F401
+
+        return CONFIG_DIR
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 NAMING_KEYS = {
     "bench",
     "model",
@@ -74,6 +76,8 @@ def other_overrides(overrides: list[str]) -> list[str]:
 
 def run_settings(cfg: DictConfig, hydra_cfg: DictConfig) -> RunSettings:
     """What names this job's run folder, from its config and its Hydra config (``HydraConfig.get()``)."""
+    from restkv.eval.harness.runner import RunSettings
+
     choices = hydra_cfg.runtime.choices
     return RunSettings(
         bench=choices["bench"],
@@ -84,36 +88,57 @@ def run_settings(cfg: DictConfig, hydra_cfg: DictConfig) -> RunSettings:
     )
 
 
-@hydra.main(version_base=None, config_path=CONFIGS, config_name="config")
+def register_user_errors() -> None:
+    """What a bad setting, missing data or a busy or foreign run folder raise: shown as one message, no traceback
+    (``HYDRA_FULL_ERROR=1`` shows it); file-system errors too (`restkv.eval.harness.errors`)."""
+    from restkv.eval.harness import gpu_slots, tracking
+    from restkv.eval.harness.identity import IdentityMismatch
+    from restkv.eval.harness.run_folder import RunFolderError
+    from restkv.eval.harness.runner import EmptyRun, SkippedWork
+
+    errors.register(
+        IdentityMismatch,
+        RunFolderError,
+        SkippedWork,
+        EmptyRun,
+        gpu_slots.GpuSlotError,
+        tracking.TrackingUnavailable,
+        tracking.TrackingFailed,
+    )
+
+
+@hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> float:
+    from hydra.core.hydra_config import HydraConfig
+
+    from restkv.eval.harness import gpu_slots, tracking
+    from restkv.eval.harness.runner import run_benchmark
+
+    register_user_errors()
     hydra_cfg = HydraConfig.get()
     with errors.one_line_errors():
         tracker = tracking.tracker_for(cfg)  # first: a missing wandb stops the run before any work
         gpu_slots.claim_for_job(hydra_cfg, str(cfg.device))
         summary = run_benchmark(cfg, run_settings(cfg, hydra_cfg), on_finished=tracker)
+        if str(hydra_cfg.mode) == "RunMode.MULTIRUN":  # a line of the sweep's closing table
+            from restkv.eval.harness.sweep_summary import write_job_summary
+
+            write_job_summary(Path(hydra_cfg.runtime.output_dir), summary)
     average = summary["average"]
     return float("nan") if average is None else float(average)
 
 
-def preflight(argv: list[str]) -> None:
-    """Refuse, before Hydra launches anything, what a launcher would choke on with a traceback (the joblib
-    launcher's ``n_jobs``)."""
-    for word in argv:
-        key, _, value = word.partition("=")
-        if key.lstrip("+~") == "hydra.launcher.n_jobs":
-            try:
-                gpu_slots.parallel_workers(int(value))
-            except ValueError:
-                print(
-                    f"error: hydra.launcher.n_jobs={value!r} is not allowed; use a positive integer, or -1",
-                    file=sys.stderr,
-                )
-                sys.exit(2)
-            except gpu_slots.GpuSlotError as error:
-                print(f"error: {error}", file=sys.stderr)
-                sys.exit(2)
+def check_before_hydra(argv: list[str]) -> None:
+    """Refuse a bad command line before Hydra or any heavy import runs: its words first (no torch), then the
+    config it composes (the policies' typed knobs import torch; no model, no data)."""
+    with errors.one_line_errors():
+        words = preflight.check_command_line(argv, Path(CONFIG_DIR))
+        if not {"-h", "--help", "--hydra-help", "--version"} & set(argv):
+            preflight.check_composition(words, Path(CONFIG_DIR))
 
 
 if __name__ == "__main__":
-    preflight(sys.argv[1:])
+    check_before_hydra(sys.argv[1:])
+    import restkv.eval.harness.config_tree  # noqa: F401  (the typed nodes Hydra composes with)
+
     main()

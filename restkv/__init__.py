@@ -4,7 +4,8 @@ from restkv import ReSTKV, compress
 with compress(model, ReSTKV(), budget=128):
     output = model.generate(**inputs, max_new_tokens=32)
 
-The names below are imported when first used, so that ``import restkv.eval...`` (the harness's
+Every registered policy class is importable here too (``from restkv import SnapKV``). The names are imported when
+first used, so that ``import restkv.eval...`` (the harness's
 argument checks) does not pay for torch and transformers before it needs them.
 """
 
@@ -57,12 +58,23 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name[:1].isupper() and name in _policy_classes():
+        value = _policy_classes()[name]
+    else:
         raise AttributeError(f"module 'restkv' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
+def _policy_classes() -> dict[str, type]:
+    """Every registered policy class by its class name (``SnapKV``, ``PyramidKV``...): importable from ``restkv``
+    where users look for them, wherever their file lives (``restkv.baselines`` for the baselines)."""
+    from restkv.registry import policy_names, resolve_policy
+
+    return {cls.__name__: cls for cls in (resolve_policy(name)[0] for name in policy_names())}
+
+
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, *_policy_classes()})

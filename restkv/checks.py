@@ -9,8 +9,10 @@ This module depends on nothing else in the project.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # the argument checks here run before torch is imported; the cache check imports it
+    import torch
 
 __all__ = ["check_choice", "check_finite_cache", "check_number"]
 
@@ -53,6 +55,8 @@ def check_finite_cache(layer: int, keys: torch.Tensor, values: torch.Tensor) -> 
     finite entries overflowed the sum) counts the entries one by one, to name them or to let the
     layer through. One device synchronisation per layer.
     """
+    import torch
+
     tensors = {"key": keys, "value": values}
     sums = torch.stack([t.sum(dtype=torch.promote_types(t.dtype, torch.float32)) for t in tensors.values()])
     if bool(torch.isfinite(sums).all()):

@@ -27,12 +27,9 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from restkv.choices import DECODE_PATHS as DECODE_PATHS  # re-exported: the paths this module implements
 from restkv.static import StaticLayer, static_contents
 
-DECODE_PATHS = ("auto", "eager", "static", "graph")
-"""``eager``: the model's own decoding loop over the cache as evicted; ``static``: the static-shape step, run
-eagerly (any device); ``graph``: that step recorded once and replayed (CUDA); ``auto``: ``graph`` on CUDA where
-the cache has a static form, else ``eager``."""
 CAPACITY_STEP = 256
 """Static buffers hold a multiple of this many slots per head (prompts of nearby lengths share a decoder)."""
 STEPS_STEP = 64

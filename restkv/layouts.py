@@ -31,10 +31,10 @@ from transformers.cache_utils import DynamicLayer, QuantizedLayer
 
 from restkv.allocation import HeadSelection
 from restkv.cache import CompressedLayer
+from restkv.choices import LAYOUTS as LAYOUTS  # re-exported: the layouts this module builds
 from restkv.quantize import quantized_bytes, quantized_shape
 from restkv.select import gather_positions
 
-LAYOUTS = ("auto", "varlen", "masked")
 """``auto``: dense when every head keeps the same number of tokens, ``varlen`` otherwise."""
 
 _LAYOUT_OF = WeakIdKeyDictionary()  # key tensor handed to attention -> weakref to its layer

@@ -1,6 +1,7 @@
-"""Accuracy and fidelity of every policy at several budgets, in one command, one table.
+"""Accuracy and fidelity of the policies at several budgets, in one command, one table.
 
-    python scripts/compare_policies.py                                   # the micro suite (defaults)
+    python scripts/compare_policies.py                # 8 policies on the micro suite: about 6 min on 2 CPU cores
+    python scripts/compare_policies.py --all          # all 16 policies and the quantization table: about 15 min
     python scripts/compare_policies.py --model llama-3.1-8b-instruct --bench ruler --lengths 8192 --samples 20
 
 For each policy and budget it runs the accuracy benchmark (``--bench``: the micro suite or RULER)
@@ -8,12 +9,15 @@ and the fidelity benchmark (KL to the full cache and greedy agreement on the sam
 runner, so every run lands in its usual results folder and a rerun resumes. Prints accuracy,
 agreement and KL tables (policies x budgets) and saves a plot of accuracy against budget. Then
 ``--quant-policy`` (ReST-KV) with its kept tokens stored quantized at each of ``--quant-bits``
-(``quantization=kivi``, HQQ; 16 = unquantized): accuracy, KL to the full cache and the cache's bytes.
+(``quantization=kivi``, HQQ; 16 = unquantized): accuracy, KL to the full cache and the cache's bytes (with
+``--all`` or ``--quant``). Before each run it prints where it is among all of them, with the time left.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -24,6 +28,8 @@ from restkv.eval.report.collect import folder_scores, format_grid
 from restkv.eval.report.uncertainty import Interval, bootstrap_interval, paired_difference
 from restkv.eval.run import CONFIGS
 
+DEFAULT_POLICIES = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "adakv", "criticalkv", "restkv"]
+"""The default comparison (the README's table): one policy of each family."""
 POLICIES = [
     "full",
     "streamingllm",
@@ -42,6 +48,7 @@ POLICIES = [
     "critical_adakv",
     "dropkv",
 ]
+"""Every policy, with ``--all``."""
 QUANT_BITS = ["16", "8", "4", "2"]
 """The quantization table's rows: 16 is the model's own bfloat16 cache, the others ``quantization=kivi``."""
 DEFAULT_TASKS = {
@@ -50,7 +57,29 @@ DEFAULT_TASKS = {
     "micro": ["micro_single_2", "micro_multikey_1", "micro_multivalue", "passkey"],
     "ruler": ["niah_single_1", "niah_single_2", "niah_multikey_1"],
 }
-DEFAULT_SAMPLES = {"micro": 5, "ruler": 10}  # 20-30 prompts per cell; the micro default: ~10 min on 2 CPU cores
+DEFAULT_SAMPLES = {"micro": 5, "ruler": 10}  # 20-30 prompts per cell
+
+
+@dataclass
+class Progress:
+    """Where the comparison is among all its runs, and about how long is left (from the runs that did work)."""
+
+    total: int
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def announce(self, what: str) -> None:
+        elapsed = time.monotonic() - self.started
+        left = f", about {_minutes(elapsed / self.done * (self.total - self.done))} left" if self.done else ""
+        print(f"\ncompare: run {self.done + 1}/{self.total}: {what} ({_minutes(elapsed)} so far{left})", flush=True)
+        self.done += 1
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+PROGRESS = Progress(total=0)
 
 
 def run(bench: str, policy: str, budget: str, args: argparse.Namespace, extra: tuple[str, ...] = ()) -> dict:
@@ -73,6 +102,7 @@ def run(bench: str, policy: str, budget: str, args: argparse.Namespace, extra: t
     if bench == "fidelity":
         overrides.append(f"evaluation.tokens={args.fidelity_tokens}")
     overrides += extra
+    PROGRESS.announce(f"{policy} @ {budget} on {bench}" + (f" ({', '.join(extra)})" if extra else ""))
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
     hashed = [o for o in overrides if o.startswith(("bench.", "bench@", "evaluation.", "protocol=", "quantization"))]
@@ -180,7 +210,9 @@ def argument_problem(args: argparse.Namespace) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="micro-llama")
-    parser.add_argument("--policies", nargs="+", default=POLICIES)
+    parser.add_argument("--policies", nargs="+", default=None, help="default: DEFAULT_POLICIES (--all: every one)")
+    parser.add_argument("--all", action="store_true", help="every policy and the quantization table")
+    parser.add_argument("--quant", action="store_true", help="add the quantization table")
     parser.add_argument("--budgets", nargs="+", default=["64", "128", "256"])
     parser.add_argument("--bench", default="micro", choices=sorted(DEFAULT_TASKS), help="the accuracy benchmark")
     parser.add_argument("--tasks", nargs="+", default=None, help="default: the bench's entry in DEFAULT_TASKS")
@@ -194,13 +226,16 @@ def main() -> None:
     parser.add_argument("--quant-policy", default="restkv", help="the policy of the quantization table")
     parser.add_argument("--quant-bits", nargs="+", default=QUANT_BITS, help="its rows; 16 = unquantized")
     parser.add_argument("--quant-group-size", type=int, default=64, help="must divide kv heads x head_dim")
-    parser.add_argument("--no-quant", action="store_true", help="skip the quantization table")
+    parser.add_argument("--no-quant", action="store_true", help="skip the quantization table (even with --all)")
     args = parser.parse_args()
+    args.policies = args.policies or (POLICIES if args.all else DEFAULT_POLICIES)
+    args.no_quant = args.no_quant or not (args.all or args.quant)
     problem = argument_problem(args)
     if problem:
         parser.error(problem)
     args.tasks = args.tasks or DEFAULT_TASKS[args.bench]
     args.samples = DEFAULT_SAMPLES[args.bench] if args.samples is None else args.samples
+    PROGRESS.total = planned_runs(args)
 
     accuracy: dict[tuple[str, str], float] = {}
     agreement: dict[tuple[str, str], float] = {}
@@ -235,6 +270,15 @@ def main() -> None:
     print(f"\nplot: {figure}")
     if not args.no_quant:
         quantization_table(args, title)
+
+
+def planned_runs(args: argparse.Namespace) -> int:
+    """How many runs the comparison makes (the full cache once; fidelity for every evicting cell)."""
+    evicting = len([p for p in args.policies if p != "full"])
+    accuracy = evicting * len(args.budgets) + ("full" in args.policies)
+    fidelity = 0 if args.no_fidelity else evicting * len(args.budgets)
+    quantized = 0 if args.no_quant else len(args.quant_bits) * len(args.budgets) * (1 if args.no_fidelity else 2)
+    return accuracy + fidelity + quantized
 
 
 def print_fidelity_and_cache(args: argparse.Namespace, agreement: dict, kl: dict, cache: dict) -> None:

@@ -33,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
-args=("latency=${preset}" "latency.device=${device}")
+args=("latency=${preset}" "latency.device=${device}" "latency.out_dir=results/efficiency")  # the curated records
 if [[ "${device}" == cuda* ]]; then
     python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
         || { echo "no CUDA device: run with --device cpu --tiny to check the pipeline" >&2; exit 1; }

@@ -1,9 +1,9 @@
-"""Write ``models/tiny-random-llama``: a Llama config and a small BPE tokenizer, no weights.
+"""Write ``models/tiny-random-llama``: a Llama config and the micro model's tokenizer, no weights.
 
-The harness builds this model with random weights (``random_init: true``), so it runs anywhere
-offline: it checks the pipeline, not quality. The tokenizer is a 4096-token byte-level BPE
-trained on the bundled *training* novel; digits are split one per token so numbers tokenise
-predictably. Deterministic: rerunning rewrites the same files.
+The harness builds this model with random weights (``random_init: true``), so it runs anywhere offline: it checks
+the pipeline, not quality. It shares the tokenizer of ``models/micro-llama`` (trained by
+``scripts/train_micro_model.py``), so its prompts are the micro model's and fit the quick-check lengths of every
+benchmark (RULER at 1,024 tokens included). Deterministic: rerunning rewrites the same files.
 
     python scripts/make_tiny_model.py
 """
@@ -11,21 +11,18 @@ predictably. Deterministic: rerunning rewrites the same files.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
-
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
-
-from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
 
 REPO = Path(__file__).resolve().parents[1]
 
 OUT = REPO / "models" / "tiny-random-llama"
-SPECIAL = "<|endoftext|>"
+TOKENIZER = REPO / "models" / "micro-llama"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
-    "vocab_size": 4096,
+    "vocab_size": 8192,  # the micro model's tokenizer
     "hidden_size": 64,
     "intermediate_size": 172,
     "num_hidden_layers": 2,
@@ -37,37 +34,17 @@ CONFIG = {
     "rms_norm_eps": 1e-5,
     "tie_word_embeddings": False,
     "bos_token_id": 0,
-    "eos_token_id": 0,
+    "eos_token_id": 1,
+    "pad_token_id": 2,
 }
-
-
-def train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(r"\d"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-        ]
-    )
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[SPECIAL],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(load_haystack(TRAIN_HAYSTACK).split("\n\n"), trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, bos_token=SPECIAL, eos_token=SPECIAL, pad_token=SPECIAL, model_max_length=16384
-    )
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(CONFIG["vocab_size"])
-    tokenizer.save_pretrained(OUT)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(TOKENIZER / name, OUT / name)
     (OUT / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
-    print(f"wrote {OUT} (vocabulary {len(tokenizer)})")
+    print(f"wrote {OUT} (the tokenizer of {TOKENIZER.relative_to(REPO)}, vocabulary {CONFIG['vocab_size']})")
 
 
 if __name__ == "__main__":

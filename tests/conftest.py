@@ -82,3 +82,10 @@ def attention_reader():
         yield
     finally:
         reader_installed(-1)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which golden fixtures the parity tests replay (the bundled subset unless RESTKV_GOLDEN is set)."""
+    from golden_source import describe
+
+    return describe()

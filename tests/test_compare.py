@@ -47,6 +47,7 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
         "4",
         "--quant-group-size",
         "32",
+        "--quant",
     ]
     out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert (
@@ -55,6 +56,9 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
         and "KL(full || evicted)" in out
     )
     assert (tmp_path / "compare" / "tiny-random-llama-accuracy.png").exists()
+    progress = re.findall(r"^compare: run (\d+)/(\d+): ", out, re.M)
+    assert [int(done) for done, _ in progress] == list(range(1, 18)) and {total for _, total in progress} == {"17"}
+    assert "left)" in out  # an estimate of the time left once a run has finished
     intervals = out[out.index("with 95 % bootstrap intervals") : out.index("restkv minus each policy")]
     assert re.search(r"^streamingllm\s+[\d.]+ \[\s*[\d.]+,\s*[\d.]+\]", intervals, re.M), intervals
     paired = out[out.index("restkv minus each policy") :].splitlines()

@@ -1,17 +1,17 @@
-"""Parity with the ReST-KV authors' code on recorded cases (see ../shared/golden/README.md).
+"""Parity with the ReST-KV authors' code on recorded cases (the fixture format: tests/golden/README.md).
 
-The fixture folder comes from ``RESTKV_GOLDEN`` (default ``../shared/golden``) so that any
+The fixture folder comes from ``RESTKV_GOLDEN`` (default: the subset in ``tests/golden``) so that any
 fixture set of the same format can be checked. Each case maps the authors' knobs to ours.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from golden_source import golden_folder
 
 from restkv.baselines import SnapKV, StreamingLLM
 from restkv.policy import LayerInputs, Policy
@@ -21,11 +21,11 @@ from restkv.scoring_policy import ScoringPolicy
 from restkv.select import Budget
 
 REPO = Path(__file__).resolve().parents[1]
-GOLDEN = Path(os.environ.get("RESTKV_GOLDEN", REPO.parent / "shared" / "golden"))
+GOLDEN = golden_folder()
 INDEX = GOLDEN / "official_selection.json"
 
 if not INDEX.exists():
-    pytest.skip(f"golden fixtures not found at {GOLDEN} (set RESTKV_GOLDEN)", allow_module_level=True)
+    pytest.skip(f"{INDEX} is missing: this fixture folder holds no such cases", allow_module_level=True)
 
 META = json.loads(INDEX.read_text())
 TEMPORAL = {"ema": "ema", "mean": "mean", "inv-ema": "inv_ema", "none": "last"}

@@ -9,11 +9,11 @@ the pruned keys it leaves. The folder comes from ``RESTKV_GOLDEN`` like the othe
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from golden_source import golden_folder
 
 from restkv.baselines import CAM
 from restkv.channels import channel_mask, prune_keys
@@ -23,11 +23,11 @@ from restkv.scoring import window_attention
 from restkv.select import Budget, gather_positions
 
 REPO = Path(__file__).resolve().parents[1]
-GOLDEN = Path(os.environ.get("RESTKV_GOLDEN", REPO.parent / "shared" / "golden"))
+GOLDEN = golden_folder()
 INDEX = GOLDEN / "official_headwise.json"
 
 if not INDEX.exists():
-    pytest.skip(f"head-wise golden fixtures not found at {GOLDEN} (set RESTKV_GOLDEN)", allow_module_level=True)
+    pytest.skip(f"{INDEX} is missing: this fixture folder holds no such cases", allow_module_level=True)
 
 ALL_CASES = json.loads(INDEX.read_text())["cases"]
 CAM_CASES = [c for c in ALL_CASES if c["policy"] == "cam"]

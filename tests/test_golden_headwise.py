@@ -1,6 +1,6 @@
 """Parity with the ReST-KV authors' AdaKV and HeadKV on recorded cases (``official_headwise.*``).
 
-The folder comes from ``RESTKV_GOLDEN`` (default ``../shared/golden``), so any fixture set of the
+The folder comes from ``RESTKV_GOLDEN`` (default: the subset in ``tests/golden``), so any fixture set of the
 same format is checked the same way. Each case runs our policy end to end (`Policy.select` on the
 case's layer inputs) and must keep, per head, the same number of tokens at the same positions,
 except where two scores tie (to rounding) at a head's cut-off.
@@ -9,11 +9,11 @@ except where two scores tie (to rounding) at a head's cut-off.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from golden_source import golden_folder
 
 from restkv.allocation import HeadSelection, adakv_capacities, headkv_capacities
 from restkv.baselines import AdaKV, HeadKV
@@ -21,11 +21,11 @@ from restkv.policy import LayerInputs
 from restkv.select import Budget
 
 REPO = Path(__file__).resolve().parents[1]
-GOLDEN = Path(os.environ.get("RESTKV_GOLDEN", REPO.parent / "shared" / "golden"))
+GOLDEN = golden_folder()
 INDEX = GOLDEN / "official_headwise.json"
 
 if not INDEX.exists():
-    pytest.skip(f"head-wise golden fixtures not found at {GOLDEN} (set RESTKV_GOLDEN)", allow_module_level=True)
+    pytest.skip(f"{INDEX} is missing: this fixture folder holds no such cases", allow_module_level=True)
 
 CASES = [c for c in json.loads(INDEX.read_text())["cases"] if c["policy"] in ("adakv", "headkv")]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -198,14 +197,53 @@ def test_bundled_models_pass(name: str) -> None:
     check_model(spec(f"models/{name}", random_init=name == "tiny-random-llama"))
 
 
-def test_a_hub_id_passes_without_the_network(monkeypatch) -> None:
-    def no_network(*args: object, **kwargs: object) -> None:
-        raise AssertionError("check_model went to the network")
+def _hub(monkeypatch, reachable: bool, cache: Path) -> None:
+    """The hub as reachable or not (no real connection either way), its cache at ``cache``."""
+    from huggingface_hub import constants
 
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    from restkv.eval.models import hub
+
+    hub.hub_reachable.cache_clear()
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: reachable)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+
+
+def _cached(cache: Path, repo_id: str) -> Path:
+    """A model in the hub cache's layout: ``models--owner--name/{refs/main, snapshots/<commit>/config.json}``."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    return snapshot
+
+
+def test_a_hub_id_passes_when_the_hub_answers(monkeypatch, tmp_path) -> None:
+    _hub(monkeypatch, True, tmp_path)
     check_model(spec(HUB_ID))
     check_model(spec(HUB_ID, tokenizer="Qwen/Qwen2.5-7B-Instruct"))
+
+
+def test_a_hub_model_neither_cached_nor_reachable_is_refused_at_once(monkeypatch, tmp_path) -> None:
+    """The hub libraries retried for minutes (109 lines), then failed with a traceback naming nothing of ours."""
+    from restkv.eval.models.spec import ModelUnavailable
+
+    _hub(monkeypatch, False, tmp_path)
+    with pytest.raises(ModelUnavailable) as caught:
+        check_model(spec(HUB_ID))
+    message = str(caught.value)
+    assert message.startswith(f"model.path={HUB_ID!r} is not on this machine (no such folder, not in the hub cache")
+    assert f"`hf download {HUB_ID}`" in message and "model.path=<a local folder>" in message
+
+
+def test_a_cached_hub_model_is_read_from_the_cache_when_the_hub_is_unreachable(monkeypatch, tmp_path) -> None:
+    from restkv.eval.models.loading import resolve
+
+    _hub(monkeypatch, False, tmp_path)
+    snapshot = _cached(tmp_path, HUB_ID)
+    check_model(spec(HUB_ID, random_init=True))
+    assert resolve(HUB_ID) == str(snapshot)  # a folder: transformers reads it without one request
 
 
 @pytest.mark.parametrize("path", ["no-such-model", "/no/such/folder", "./nope/", "a/b/c"])
@@ -234,7 +272,8 @@ def test_an_empty_folder_lists_all_it_lacks(tmp_path: Path) -> None:
     )
 
 
-def test_random_weights_need_no_weight_file_and_a_tokenizer_may_live_elsewhere(tmp_path: Path) -> None:
+def test_random_weights_need_no_weight_file_and_a_tokenizer_may_live_elsewhere(tmp_path: Path, monkeypatch) -> None:
+    _hub(monkeypatch, True, tmp_path / "hub-cache")
     (tmp_path / "config.json").write_text("{}")
     message = refused(spec(tmp_path, random_init=True))
     assert message.endswith(

@@ -489,7 +489,8 @@ def test_latency_budgets_above_the_context_are_noted():
         (["-m", "restkv.eval.latency", "latency=tiny", "latency.contexts=[256,abc]"],
          "latency.contexts=[256, 'abc']: lengths must be positive integers"),
         (["eval/run.py", "bench=longbench", "bench.data_dir={tmp}/none", "bench.hub=false", "bench.tasks=[qasper]"],
-         "LongBench data missing: {tmp}/none/qasper.jsonl. To get the data, run `python scripts/download_data.py"),
+         "LongBench data missing: {tmp}/none/qasper.jsonl. The hub was not used: it is off (bench.hub=false). To get "
+         "the data, run `python scripts/download_data.py longbench`"),
         (["eval/run.py", "bench=micro", "out_dir={tmp}/a_file/results"],
          "out_dir='{tmp}/a_file/results' is not allowed: {tmp}/a_file is a file, not a folder"),
         (["scripts/make_figures.py", "table", "--runs", "{tmp}", "--out", "{tmp}/a_file/figures"],

@@ -70,7 +70,26 @@ def test_a_second_process_is_refused_with_who_holds_the_lock(tmp_path: Path) -> 
         assert not (folder / PREDICTIONS).exists()
     with RunLock(folder) as lock:  # released when the holder finished
         assert json.loads(lock.path.read_text())["pid"] == os.getpid()
-    assert (folder / LOCK).read_text() == ""  # emptied on release, never deleted
+    assert not (folder / LOCK).exists()  # deleted on release: a finished folder keeps no .lock
+
+
+def test_a_lock_file_deleted_between_open_and_lock_is_opened_again(tmp_path: Path, monkeypatch) -> None:
+    """Release deletes the file: a run that opened it just before must lock the new one, not the orphan."""
+    from restkv.eval.harness import run_folder
+
+    real_flock, locked = run_folder.fcntl.flock, []
+
+    def flock(fd: int, operation: int) -> None:
+        if not locked:
+            (tmp_path / LOCK).unlink()  # the previous holder released (deleted) it after our open
+        locked.append(fd)
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(run_folder.fcntl, "flock", flock)
+    with RunLock(tmp_path) as lock:
+        assert len(locked) == 2  # the orphan was let go, the file now named .lock was locked
+        assert os.fstat(locked[1]).st_ino == (tmp_path / LOCK).stat().st_ino
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()
 
 
 def test_a_lock_file_left_by_a_killed_run_does_not_block(tmp_path: Path) -> None:

@@ -75,6 +75,23 @@ class FileFallback(Protocol):
         ...
 
 
+def check_task_files(
+    tasks: Sequence[str], folder: Path, file_name: Callable[[str], str], *, hub: bool, benchmark: str, dataset: str
+) -> None:
+    """Refuse, before any model or tokenizer loads, task files that are missing where the hub cannot supply them
+    (``bench.hub=false``, ``HF_HUB_OFFLINE``, no network): the same message `load_task_files` would give later."""
+    from restkv.eval.models.hub import hub_reachable
+
+    missing = [str(folder / file_name(task)) for task in tasks if not (folder / file_name(task)).is_file()]
+    if not missing or (hub and hub_reachable()):
+        return
+    why = "it is off (bench.hub=false)" if not hub else "the Hugging Face hub is not reachable (or HF_HUB_OFFLINE set)"
+    raise FileNotFoundError(
+        f"{benchmark} data missing: {', '.join(missing)}. The hub was not used: {why}. To get the data, "
+        f"{HOW_TO_GET.format(dataset=dataset)}."
+    )
+
+
 def load_task_files(
     tasks: Sequence[str],
     folder: Path,

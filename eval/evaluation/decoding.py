@@ -11,10 +11,10 @@ from transformers import DynamicCache, PreTrainedModel
 
 from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.prompting import PromptTokens
+from restkv.eval.harness.choices import PROTOCOLS as PROTOCOLS  # re-exported
 from restkv.graphs import DECODE_PATHS, decode_static, static_form
 from restkv.integrate import KVCompressor
 
-PROTOCOLS = ("query_aware", "query_agnostic")
 STOP_CHECK_STEPS = {"cpu": 1}
 """Decode steps between two host reads of the "has an EOS come?" flag, per device type (default
 `DEFAULT_STOP_CHECK_STEPS`). Reading it waits for the device; on a GPU that wait every step would

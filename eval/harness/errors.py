@@ -55,6 +55,11 @@ def one_line_errors(exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR")
     """Inside the block, a user's error ends the process with one line on stderr and ``exit_code``."""
     try:
         yield
+    except KeyboardInterrupt as error:  # Ctrl-C: one line (the run's own says what is saved), the shell's code
+        if os.environ.get(traceback_env) == "1":
+            raise
+        print(f"\n{error}" if str(error) else "\nstopped (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)
     except Exception as error:
         message = user_message(error)
         if message is None or os.environ.get(traceback_env) == "1":

@@ -43,8 +43,8 @@ class IdentityMismatch(RuntimeError):
     """The run folder holds predictions of another experiment."""
 
 
-NOT_MODEL_IDENTITY = ("device_map",)
-"""``model`` keys that only place the model (on which GPUs), not what it predicts."""
+NOT_MODEL_IDENTITY = ("device_map", "notes")
+"""``model`` keys that only place the model (on which GPUs) or describe it, not what it predicts."""
 
 
 MOVED_TARGETS = {

@@ -78,9 +78,10 @@ class RunLock:
     The holder writes its PID, host name and start time into the lock file so that a refused run
     can say who holds it. The kernel releases the lock when the holding process dies, however it
     dies, so a lock file left by a killed run is only stale text and never blocks: its content is
-    read only when the lock is really held. The file is never deleted (deleting it would let two
-    processes lock two different files of the same name); release empties it. A second
-    ``RunLock`` on the same folder is refused even within one process. POSIX only.
+    read only when the lock is really held. Release deletes the file while still holding it, so a finished
+    folder keeps no ``.lock``; a process that opened the file just before and locks it after the deletion sees that
+    the name now points elsewhere (or nowhere) and starts over, so two processes never hold two files of one name.
+    A second ``RunLock`` on the same folder is refused even within one process. POSIX only.
     """
 
     def __init__(self, folder: Path) -> None:
@@ -93,16 +94,20 @@ class RunLock:
         if self._fd is not None:
             raise RuntimeError(f"{self.path} is already held by this RunLock")
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no truncation: the holder's text stays
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            raise RunLockedError(self.folder, holder) from None
-        except BaseException:
-            os.close(fd)
-            raise
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no truncation: the holder's text stays
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise RunLockedError(self.folder, holder) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # its holder deleted it on release while we waited for it: lock the new one
         since = datetime.now().astimezone().isoformat(timespec="seconds")
         text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since}) + "\n"
         os.ftruncate(fd, 0)
@@ -112,12 +117,14 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Empty the lock file and unlock it; a no-op when not held."""
+        """Delete the lock file, then unlock it; a no-op when not held."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
         try:
-            os.ftruncate(fd, 0)
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            os.ftruncate(fd, 0)  # cannot delete (a read-only folder): at least leave no holder's text
         finally:
             os.close(fd)  # closing the only descriptor releases the flock
 
@@ -126,6 +133,16 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _read_holder(fd: int) -> dict[str, Any] | None:

@@ -35,7 +35,7 @@ from restkv.eval.harness.validate import check_config
 from restkv.eval.models.fingerprint import input_digests, weights_fingerprint
 from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer, local_config
 from restkv.eval.models.placement import check_device_map
-from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model
+from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model, model_spec
 from restkv.quantize import Quantization
 from restkv.registry import policy_defaults
 from restkv.storage import check_storage
@@ -58,18 +58,12 @@ class RunSettings:
     out_dir: Path = Path("results")
 
 
-def model_spec(cfg: DictConfig) -> ModelSpec:
-    values = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(values, dict)
-    allowed = set(ModelSpec.__dataclass_fields__)
-    unknown = sorted(set(values) - allowed)
-    if unknown:
-        raise ValueError(f"model config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    return ModelSpec(**values)  # type: ignore[arg-type]
-
-
 class SkippedWork(RuntimeError):
     """The benchmark cannot run every requested task (``allow_skips=true`` runs the others)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a run: its message says what is saved and how to go on (`restkv.eval.harness.errors`)."""
 
 
 class EmptyRun(ValueError):
@@ -116,6 +110,8 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
         policy.check_model(model_config)
     policy.check_budget(budget)
     benchmark = instantiate(cfg.bench, _convert_="all")
+    if hasattr(benchmark, "check_data"):
+        benchmark.check_data()  # task files missing where the hub cannot supply them: before the tokenizer loads
     evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
     tokenizer = load_tokenizer(spec)
     with recording() as read:  # every data file the benchmark reads belongs to the run's identity
@@ -206,13 +202,15 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
     eos = eos_token_ids(model, plan.tokenizer)
     bar = tqdm(total=len(todo), desc=title, unit="sample", dynamic_ncols=True)
     layout = cfg.get("layout", "auto")
-    with compress(model, plan.policy, plan.budget, layout=layout, quantization=plan.quantization) as compressor:
+    with (
+        bar,  # closed before any message about a stop is printed
+        compress(model, plan.policy, plan.budget, layout=layout, quantization=plan.quantization) as compressor,
+    ):
         session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos, cfg.get("decode", "auto"))
         for sample, prompt, outcome in outcomes(plan, session, todo, lambda: cache_size(compressor)):
             log.append(record_for(sample, prompt, outcome))
             bar.update(1)
             bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
-    bar.close()
 
 
 def outcomes(
@@ -319,7 +317,8 @@ def note_unhashed_inputs(folder: Path) -> None:
 def run_benchmark(
     cfg: DictConfig, settings: RunSettings, on_finished: Callable[[Path, dict[str, Any]], None] | None = None
 ) -> dict[str, Any]:
-    """Evaluate every sample not yet in the run folder; write metrics; return the summary.
+    """Evaluate every sample not yet in the run folder; write metrics; return the summary (``metrics.json``'s
+    content, plus ``folder``: the run folder).
 
     ``on_finished(folder, summary)`` runs once ``metrics.json`` is written, while the folder is still
     locked (``restkv.eval.harness.tracking``: a tracker copying the finished run)."""
@@ -327,14 +326,26 @@ def run_benchmark(
     on_change = cfg.get("on_change", "refuse")
     defaults = added_defaults(settings.policy, plan.identity)
     note_unhashed_inputs(plan.folder)
+    notes = plan.spec.notes_for(settings.bench)  # what this model's scores on this benchmark mean
+    for text in notes:
+        print(f"note: {text}")
     check_run_files(plan.folder)
     with claimed_folder(plan.folder, plan.identity, on_change, RunLock, defaults) as folder:
         check_run_files(folder)
         (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         with PredictionLog(folder) as log:
-            evaluate_missing(plan, log, cfg, f"{settings.bench}/{settings.policy}@{plan.budget}")
+            try:
+                evaluate_missing(plan, log, cfg, f"{settings.bench}/{settings.policy}@{plan.budget}")
+            except KeyboardInterrupt:
+                saved = sum(log.done(sample.id) for sample in plan.samples)
+                raise Interrupted(
+                    f"stopped: {saved} of {len(plan.samples)} samples are saved in {folder}; run the same command "
+                    "again to resume"
+                ) from None
             records = folder_records(plan, log)
         summary = summary_of(plan, records, folder, cfg, settings)
+        if notes:
+            summary["notes"] = notes
         write_metrics(folder, summary)
         if on_finished is not None:
             on_finished(folder, summary)
@@ -348,4 +359,6 @@ def run_benchmark(
         )
     if plan.skipped:
         print(f"note: skipped {_listed(plan.skipped)} (allowed by allow_skips=true; recorded in metrics.json)")
-    return summary
+    for text in notes:
+        print(f"note: {text}")
+    return {**summary, "folder": str(folder)}  # what metrics.json holds, and where it is

@@ -11,20 +11,20 @@ with the classes that own them (their ``__post_init__``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import math
 import os
+import re
 import types
 import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from restkv.eval.evaluation.decoding import PROTOCOLS
-from restkv.layouts import LAYOUTS
-from restkv.select import Budget
-
-ON_CHANGE = ("refuse", "new_folder", "adopt")
-"""What a run does when its folder holds another experiment (see `restkv.eval.harness.identity`)."""
+from restkv.budget import Budget
+from restkv.choices import DECODE_PATHS, LAYOUTS
+from restkv.eval.harness.choices import ON_CHANGE, PROTOCOLS
 
 
 def describe(kind: Any) -> str:
@@ -96,7 +96,8 @@ def check_node(node: dict[str, Any], key: str) -> None:
             continue
         if name not in fields:
             raise ValueError(
-                f"{key}.{name} is not a setting of {cls.__name__}; its settings: {', '.join(sorted(fields))}"
+                f"{key}.{name} is not a setting of {cls.__name__}{suggest(name, fields)} (its settings: "
+                f"{', '.join(sorted(fields))})"
             )
         if isinstance(value, dict) and "_target_" in value:
             check_node(value, f"{key}.{name}")
@@ -116,9 +117,7 @@ def check_out_dir(out_dir: Any) -> Path:
     return path
 
 
-def check_run_keys(values: dict[str, Any]) -> None:
-    """The top-level keys of ``configs/config.yaml`` (budget, protocol, layout, limit, out_dir, ...)."""
-    budget = values.get("budget")
+def check_budget(budget: Any) -> None:
     if isinstance(budget, bool) or not isinstance(budget, int | float):
         raise ValueError(
             f"budget={budget!r} is not allowed; it must be a token count (integer) or a fraction in (0, 1)"
@@ -126,18 +125,63 @@ def check_run_keys(values: dict[str, Any]) -> None:
     if isinstance(budget, float) and not (math.isfinite(budget) and (0 < budget < 1 or budget.is_integer())):
         raise ValueError(f"budget={budget!r} is not allowed; a fraction of the prompt must lie in (0, 1)")
     Budget(budget)  # budget=1.0 is ambiguous: refused with the way out
-    if values.get("protocol") not in PROTOCOLS:
-        raise ValueError(f"protocol={values.get('protocol')!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
-    if values.get("layout", "auto") not in LAYOUTS:
-        raise ValueError(f"layout={values.get('layout')!r} is not allowed; choose one of: {', '.join(LAYOUTS)}")
-    limit = values.get("limit")
+
+
+def _one_of(key: str, choices: tuple[str, ...]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value not in choices:
+            raise ValueError(
+                f"{key}={value!r} is not allowed; choose one of: {', '.join(choices)}{suggest(value, choices)}"
+            )
+
+    return check
+
+
+def check_limit(limit: Any) -> None:
     check_value("limit", limit, int | None)
     if limit is not None and limit < 1:
         raise ValueError(f"limit={limit!r} is not allowed; it must be an integer >= 1 (or null for every sample)")
-    check_value("allow_skips", values.get("allow_skips", False), bool)
-    if values.get("on_change", "refuse") not in ON_CHANGE:
-        raise ValueError(f"on_change={values.get('on_change')!r} is not allowed; choose one of: {', '.join(ON_CHANGE)}")
-    check_out_dir(values.get("out_dir"))
+
+
+def check_device_name(device: Any) -> None:
+    """The form of ``device`` (whether this machine has it is checked when the run picks it)."""
+    if not (isinstance(device, str) and re.fullmatch(r"[a-z]+(:\d+)?", device)):
+        raise ValueError(f"device={device!r} is not a device; use auto, cpu, cuda or cuda:N")
+
+
+def check_decode_batch(value: Any) -> None:
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"decode_batch={value!r} is not allowed; use auto or an integer >= 1 (1: one prompt a step)")
+
+
+RUN_KEY_CHECKS: dict[str, Callable[[Any], object]] = {
+    "budget": check_budget,
+    "protocol": _one_of("protocol", PROTOCOLS),
+    "layout": _one_of("layout", LAYOUTS),
+    "decode": _one_of("decode", DECODE_PATHS),
+    "decode_batch": check_decode_batch,
+    "limit": check_limit,
+    "allow_skips": lambda value: check_value("allow_skips", value, bool),
+    "on_change": _one_of("on_change", ON_CHANGE),
+    "device": check_device_name,
+    "out_dir": check_out_dir,
+}
+"""Each top-level key of ``configs/config.yaml`` and its check, torch-free: the command line's values are checked
+with them before any heavy import (`restkv.eval.harness.preflight`), the composed config's again before a run."""
+RUN_KEY_DEFAULTS = {"layout": "auto", "decode": "auto", "decode_batch": "auto", "allow_skips": False,
+                    "on_change": "refuse", "device": "auto"}  # fmt: skip
+
+
+def check_run_keys(values: dict[str, Any]) -> None:
+    """The top-level keys of ``configs/config.yaml`` (budget, protocol, layout, limit, out_dir, ...)."""
+    for key, check in RUN_KEY_CHECKS.items():
+        check(values.get(key, RUN_KEY_DEFAULTS.get(key)))
+
+
+def suggest(value: Any, names: Iterable[str]) -> str:
+    """``"; did you mean X?"`` for the name in ``names`` closest to ``value``, or "" when none is close."""
+    close = difflib.get_close_matches(str(value), list(names), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def check_config(values: dict[str, Any]) -> None:

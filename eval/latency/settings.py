@@ -71,7 +71,7 @@ class Settings:
     bandwidth_mib: int = 1024
     bandwidth_repeats: int = 5
     bound_bandwidth: str = "copy"
-    out_dir: str = "results/efficiency"
+    out_dir: str = "results/latency"
     plots: bool = True
     progress: bool = True
 

@@ -12,6 +12,22 @@ import socket
 from pathlib import Path
 
 HUB_HOST = "huggingface.co"
+"""The hub's host unless ``HF_ENDPOINT`` names a mirror (`hub_host`)."""
+
+
+def hub_host() -> str:
+    """The host the hub libraries will contact: ``HF_ENDPOINT``'s (a mirror), else huggingface.co."""
+    from urllib.parse import urlparse
+
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip()
+    return (urlparse(endpoint).hostname if endpoint else None) or HUB_HOST
+
+
+def hub_port() -> int:
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT", "").strip() or f"https://{HUB_HOST}")
+    return endpoint.port or (80 if endpoint.scheme == "http" else 443)
 
 
 def offline_requested() -> bool:
@@ -28,10 +44,27 @@ def hub_reachable(timeout: float = 3.0) -> bool:
     if offline_requested():
         return False
     try:
-        with socket.create_connection((HUB_HOST, 443), timeout=timeout):
+        with socket.create_connection((hub_host(), hub_port()), timeout=timeout):
             return True
     except OSError:
         return False
+
+
+def cached_model(repo_id: str) -> Path | None:
+    """The folder of ``repo_id``'s newest snapshot in the local hub cache, found without the network, or None."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except Exception:  # not cached, not a repo id, a broken cache: all mean "not here"
+        return None
+
+
+def cache_folder() -> str:
+    """Where the hub libraries keep downloads (``HF_HUB_CACHE`` / ``HF_HOME``), for messages."""
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
 
 
 def download_dataset_file(repo_id: str, filename: str) -> tuple[Path | None, str]:

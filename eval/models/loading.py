@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from restkv.devices import torch_dtype
+from restkv.eval.models.hub import cached_model, hub_reachable
 from restkv.eval.models.paths import local_path
 from restkv.eval.models.placement import DEVICE_MAPS, check_device_map, dispatched
 from restkv.eval.models.spec import ModelSpec
@@ -15,9 +16,16 @@ if TYPE_CHECKING:  # transformers is imported when a model is loaded, not to che
 
 
 def resolve(path: str) -> str:
-    """A local folder if one exists under that name (cwd, then the project); else the hub id unchanged."""
+    """A local folder if one exists under that name (cwd, then the project); else the hub id unchanged, or, when the
+    hub cannot be reached, its snapshot in the local hub cache (read without a single retry over the network)."""
     local = local_path(path)
-    return str(local) if local is not None else path
+    if local is not None:
+        return str(local)
+    if not hub_reachable():
+        cached = cached_model(path)
+        if cached is not None:
+            return str(cached)
+    return path
 
 
 def local_config(spec: ModelSpec) -> Any:

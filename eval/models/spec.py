@@ -13,7 +13,7 @@ import json
 import re
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,9 @@ class ModelSpec:
     device_map: null loads the weights straight onto the run's ``device``; ``auto`` (or another of
       `DEVICE_MAPS`) splits the layers over every visible GPU, as a 70B model needs. Placement only:
       not part of a run's identity.
+    notes: what a run of this model on a benchmark should say about its scores, by bench name (``"*"``: every
+      benchmark), printed with the run's results and kept in ``metrics.json``; e.g. that a small model cannot
+      answer a benchmark's questions. Not part of a run's identity.
     """
 
     name: str
@@ -52,6 +55,11 @@ class ModelSpec:
     random_init: bool = False
     seed: int = 0
     device_map: str | None = None
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def notes_for(self, bench: str) -> list[str]:
+        """The notes a run of ``bench`` prints: the model's note for every benchmark, then the bench's own."""
+        return [self.notes[key] for key in ("*", bench) if key in self.notes]
 
     def __post_init__(self) -> None:
         """Refuse a wrong type or value by its key: ``chat_template=maybe`` would otherwise read as true."""
@@ -92,6 +100,10 @@ FIELD_RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "random_init": ("use true or false", lambda value: isinstance(value, bool)),
     "seed": ("use an integer", is_int),
     "device_map": (f"use null, {', '.join(DEVICE_MAPS)}, cpu, cuda or cuda:N", _is_device_map),
+    "notes": (
+        "use a mapping of bench names (or '*') to text",
+        lambda value: isinstance(value, dict) and all(_is_text(k) and _is_text(v) for k, v in value.items()),
+    ),
 }
 """What each ModelSpec field allows (``dtype`` is checked by restkv.devices, the home of dtypes)."""
 
@@ -111,6 +123,19 @@ def is_hub_id(value: str) -> bool:
     return HUB_ID.fullmatch(value) is not None and ".." not in value and "--" not in value
 
 
+def model_spec(cfg: Any) -> ModelSpec:
+    """The `ModelSpec` of a composed ``model`` config node; unknown keys are refused by name."""
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(values, dict)
+    allowed = set(ModelSpec.__dataclass_fields__)
+    unknown = sorted(set(values) - allowed)
+    if unknown:
+        raise ValueError(f"model config has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return ModelSpec(**values)  # type: ignore[arg-type]
+
+
 def check_model(spec: ModelSpec) -> None:
     """Refuse, before any folder is created or file written, a model setting that cannot load.
 
@@ -119,6 +144,9 @@ def check_model(spec: ModelSpec) -> None:
     look like a hub id, which is left to the hub (no network here). Errors name the key and value.
     """
     folder = _local_folder("path", spec.path)
+    for key, given in (("path", spec.path), ("tokenizer", spec.tokenizer)):
+        if given is not None and _local_folder(key, given) is None:
+            check_hub_model(key, given)
     if folder is not None:
         tokenizer_elsewhere = spec.tokenizer is not None
         missing = _missing_files(folder, weights=not spec.random_init, tokenizer=not tokenizer_elsewhere)
@@ -133,6 +161,25 @@ def check_model(spec: ModelSpec) -> None:
                 f"model.tokenizer={spec.tokenizer!r} ({tokenizer_folder}) holds no tokenizer: "
                 f"none of {', '.join(TOKENIZER_FILES)}"
             )
+
+
+class ModelUnavailable(FileNotFoundError):
+    """A hub model that is not on this machine while the hub cannot be reached."""
+
+
+def check_hub_model(key: str, repo_id: str) -> None:
+    """Refuse at once a hub id that is neither cached nor downloadable (the hub libraries would retry for minutes,
+    then fail with a traceback); a cached one is read from the cache (`restkv.eval.models.loading.resolve`)."""
+    from restkv.eval.models.hub import cache_folder, cached_model, hub_host, hub_reachable, offline_requested
+
+    if hub_reachable() or cached_model(repo_id) is not None:
+        return
+    why = "HF_HUB_OFFLINE is set" if offline_requested() else f"{hub_host()} cannot be reached"
+    raise ModelUnavailable(
+        f"model.{key}={repo_id!r} is not on this machine (no such folder, not in the hub cache {cache_folder()}) and "
+        f"{why}: download it where the hub answers (`hf download {repo_id}`) and copy the cache here, or set "
+        f"model.{key}=<a local folder>"
+    )
 
 
 FLASH_PACKAGES = {"flash_attention_2": "flash_attn"}

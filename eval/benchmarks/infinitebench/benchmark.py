@@ -71,7 +71,14 @@ from restkv.eval.benchmarks.jsonl import (
     task_records,
 )
 from restkv.eval.benchmarks.metrics import score as score_metric
-from restkv.eval.benchmarks.official import cap_new_tokens, check_loader_knobs, is_llama2, load_task_files, wrap_llama2
+from restkv.eval.benchmarks.official import (
+    cap_new_tokens,
+    check_loader_knobs,
+    check_task_files,
+    is_llama2,
+    load_task_files,
+    wrap_llama2,
+)
 from restkv.eval.models.hub import download_dataset_file
 
 if TYPE_CHECKING:
@@ -281,6 +288,13 @@ class InfiniteBenchBenchmark:
         self.tasks = check_tasks(self.tasks)
         check_loader_knobs("InfiniteBench", self.tasks, self.chat_template, self.samples, self.max_new_tokens_cap)
         check_choice("bench", "generation_lengths", self.generation_lengths, GENERATION_LENGTHS)
+
+    def check_data(self) -> None:
+        """Missing task files the hub cannot supply, refused before any model loads."""
+        check_task_files(
+            self.tasks, resolve_path(self.data_dir), lambda task: f"{task}.jsonl", hub=self.hub,
+            benchmark="InfiniteBench", dataset="infinitebench",
+        )  # fmt: skip
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
         wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)

@@ -91,7 +91,14 @@ from restkv.eval.benchmarks.jsonl import (
 )
 from restkv.eval.benchmarks.longbench.metrics import bucket_scores, format_buckets, length_bucket, longbench_postprocess
 from restkv.eval.benchmarks.metrics import score as score_metric
-from restkv.eval.benchmarks.official import cap_new_tokens, check_loader_knobs, is_llama2, load_task_files, wrap_llama2
+from restkv.eval.benchmarks.official import (
+    cap_new_tokens,
+    check_loader_knobs,
+    check_task_files,
+    is_llama2,
+    load_task_files,
+    wrap_llama2,
+)
 from restkv.eval.benchmarks.reads import note
 from restkv.eval.models.hub import download_dataset_file
 
@@ -361,6 +368,13 @@ class LongBenchBenchmark:
         return f"{task}_e.jsonl" if self.longbench_e else f"{task}.jsonl"
 
     # ---------------------------------------------------------------- loading
+
+    def check_data(self) -> None:
+        """Missing task files the hub cannot supply, refused before any model loads."""
+        check_task_files(
+            self.tasks, resolve_path(self.data_dir), self.file_name, hub=self.hub,
+            benchmark="LongBench-E" if self.longbench_e else "LongBench", dataset=self.variant,
+        )  # fmt: skip
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
         wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)

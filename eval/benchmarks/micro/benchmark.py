@@ -46,14 +46,15 @@ import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from restkv.eval.benchmarks import ruler
 from restkv.eval.benchmarks.base import Sample
 from restkv.eval.benchmarks.haystack import check_haystack, haystack_name, load_haystack
 from restkv.eval.benchmarks.metrics import score as score_metric
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 METRIC = "string_match_all"
 NOISE_SENTENCE = ruler.NOISE_SENTENCE

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from restkv.eval.benchmarks import micro, ruler
 from restkv.eval.benchmarks.base import Sample
 from restkv.eval.benchmarks.haystack import check_haystack, haystack_name, load_haystack
 from restkv.eval.benchmarks.metrics import score as score_metric
 from restkv.eval.benchmarks.niah.benchmark import heatmap
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 TASK = "micro_single_2"
 NEEDLE_NOTE = "micro cued single needle (micro_single_2), not the paper's sentence needle"

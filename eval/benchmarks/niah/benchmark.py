@@ -232,6 +232,12 @@ def generate(
     return samples
 
 
+def heatmap_title(title: str, results: list[dict[str, Any]]) -> str:
+    """The heatmap's title with the average score in points, the unit of the run's table and ``metrics.json``."""
+    average = 100 * sum(float(r["score"]) for r in results) / len(results)
+    return f"{title} — average {average:.2f}"
+
+
 def heatmap(results: list[dict[str, Any]], path: Path, title: str = "Needle in a Haystack") -> None:
     """Draw the usual NIAH heatmap of ``results`` and save it as a PNG at ``path``.
 
@@ -259,8 +265,6 @@ def heatmap(results: list[dict[str, Any]], path: Path, title: str = "Needle in a
         [s / c if c else math.nan for s, c in zip(srow, crow, strict=True)]
         for srow, crow in zip(sums, counts, strict=True)
     ]
-    average = sum(float(r["score"]) for r in results) / len(results)
-
     cmap = LinearSegmentedColormap.from_list("niah", ["#F0496E", "#EBB839", "#0CD79F"]).with_extremes(bad="#d9d9d9")
     width = min(20.0, max(6.0, 0.35 * len(lengths) + 3))
     height = min(10.0, max(4.0, 0.45 * len(depths) + 2))
@@ -278,7 +282,7 @@ def heatmap(results: list[dict[str, Any]], path: Path, title: str = "Needle in a
     ax.set_xlabel("Context length (tokens)")
     ax.set_ylabel("Depth percent")
     # wrapped to the figure's width: a long run name once ran off both sides
-    wrapped = textwrap.fill(f"{title} — average score {average:.2f}", width=int(9 * width))
+    wrapped = textwrap.fill(heatmap_title(title, results), width=int(9 * width))
     ax.set_title(wrapped, fontsize=10)
     fig.colorbar(image, ax=ax, label="Score")
     fig.tight_layout()

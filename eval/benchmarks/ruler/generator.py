@@ -111,14 +111,18 @@ def _sample(job: Job, plan: Plan, fitted: Fit, seed: int, index: int) -> Sample:
 
 def _too_short(job: Job, plan: Plan, max_new_tokens: int, tokens: int) -> ValueError:
     """The error for a task that does not fit; under the official rule it says whether exact filling would."""
-    hint = ""
+    longer = -(-(tokens + max_new_tokens) // 1024) * 1024  # the next multiple of 1024 that holds it
+    hint = f"; a longer bench.lengths fits (e.g. [{longer}])"
     if job.fit == "official":
         build, n_min = plan.builder(0, f"{job.seed}/0")
         try:
             fit_prompt(build, job.count, job.budget, n_min, plan.n_max)
-            hint = f"; fit=official never drops below {plan.step} haystack units, bench.fit=exact fits"
+            hint = (
+                f"; fit=official never drops below {plan.step} haystack units: bench.fit=exact fits this task, a "
+                f"longer bench.lengths (e.g. [{longer}]) fits it with the official rule"
+            )
         except TooShort:
-            hint = "; bench.fit=exact does not fit either"
+            hint = f"; bench.fit=exact does not fit either{hint}"
     return ValueError(
         f"RULER {job.task} cannot fit in context_length={job.context_length}: its smallest prompt has "
         f"{tokens} tokens but the budget is {job.budget} ({job.context_length} minus {max_new_tokens} tokens "

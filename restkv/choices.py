@@ -1,0 +1,13 @@
+"""The names a user can choose among for the library's settings, kept free of torch so that a command line is
+checked against them before any heavy import (the modules that implement each choice import them from here)."""
+
+from __future__ import annotations
+
+LAYOUTS = ("auto", "varlen", "masked")
+"""How kept tokens are stored (`restkv.layouts`)."""
+DECODE_PATHS = ("auto", "eager", "static", "graph")
+"""How greedy answers are decoded (`restkv.graphs`): ``eager``, the model's own loop; ``static``, the static-shape
+step run eagerly; ``graph``, that step recorded once as a CUDA graph and replayed; ``auto``, ``graph`` on CUDA where
+the cache has a static form, else ``eager``."""
+GQA_MODES = ("mean", "max", "expand")
+"""How a grouped-query model's per-query-head scores become one selection per key/value head (`restkv.select`)."""
