@@ -10,7 +10,9 @@ import pkgutil
 
 from restkv.baselines.adakv import AdaKV
 from restkv.baselines.cam import CAM
+from restkv.baselines.caote import CAOTE
 from restkv.baselines.criticalkv import CriticalKV
+from restkv.baselines.defensivekv import DefensiveKV
 from restkv.baselines.full_cache import FullCache
 from restkv.baselines.h2o import H2O
 from restkv.baselines.headkv import HeadKV
@@ -27,10 +29,12 @@ for _module in pkgutil.iter_modules(__path__):
 
 __all__ = [
     "CAM",
+    "CAOTE",
     "H2O",
     "TOVA",
     "AdaKV",
     "CriticalKV",
+    "DefensiveKV",
     "FullCache",
     "HeadKV",
     "KNorm",

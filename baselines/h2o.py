@@ -14,7 +14,11 @@ from restkv.worksizes import elements_at_once, rows_at_once
 
 
 def accumulated_attention(
-    queries: torch.Tensor, keys: torch.Tensor, scaling: float | None, max_elements: int | None = None
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    scaling: float | None,
+    max_elements: int | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Causal attention received by every key, summed over all queries: ``[b, h, L]`` float32.
 
@@ -33,6 +37,8 @@ def accumulated_attention(
         stop = min(start + rows, length)
         q = queries[:, :, start:stop].float().reshape(b, num_kv, h // num_kv, stop - start, d)
         logits = (q @ k[..., :stop]).reshape(b, h, stop - start, stop) * scaling
+        if softcap is not None:
+            logits = torch.tanh(logits / softcap) * softcap
         future = torch.arange(stop, device=queries.device) > torch.arange(start, stop, device=queries.device)[:, None]
         total[..., :stop] += logits.masked_fill_(future, float("-inf")).softmax(-1).sum(-2)
     return total
@@ -57,5 +63,5 @@ class H2O(Policy):
         check_number(type(self).__name__, "max_elements", self.max_elements, low=1, low_open=False, integer=True)
 
     def score(self, inputs: LayerInputs, keep: int) -> torch.Tensor:
-        total = accumulated_attention(inputs.queries, inputs.keys, inputs.scaling, self.max_elements)
+        total = accumulated_attention(inputs.queries, inputs.keys, inputs.scaling, self.max_elements, inputs.softcap)
         return total[..., : inputs.length - self.window]

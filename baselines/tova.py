@@ -24,6 +24,8 @@ class TOVA(ScoringPolicy):
     spatial: str = "none"
 
     def score(self, inputs: LayerInputs, keep: int) -> torch.Tensor:
-        attention = scoring.window_attention(inputs.queries[..., -self.window :, :], inputs.keys, inputs.scaling)
+        attention = scoring.window_attention(
+            inputs.queries[..., -self.window :, :], inputs.keys, inputs.scaling, inputs.softcap
+        )
         last = attention[..., -1, : inputs.length - self.window]  # [b, h, P]
         return last.mean(dim=1, keepdim=True).expand_as(last)

@@ -8,6 +8,9 @@ allocation gives every head the layer's budget; the two head-wise allocators sha
   per-head rescaling (``normalize``), with a guaranteed share ``floor`` of ``base`` per head.
 - ``headkv`` (HeadKV, Fu et al. 2024): fixed per-(layer, head) budgets computed once from
   head-importance scores (a file in HeadKV's JSON format, ``{"<layer>-<head>": [scores...]}``).
+- ``global`` (Layer-DefensiveKV, Feng et al. 2026): the whole model's past budget, ``layers x heads x
+  (keep - window)``, goes to the best scores of every layer and head ranked together; every layer is
+  scored before any is evicted (`global_capacities`, `restkv.policy.Policy.select_layers`).
 
 Both follow the ReST-KV authors' ``AdaKVCluster`` and HeadKV budget code to the rounding (see
 ``../shared/golden/README.md``, "Head-wise"). What a head keeps (its top positions plus the
@@ -34,7 +37,7 @@ from restkv.select import Budget, keep_indices
 if TYPE_CHECKING:
     from restkv.inputs import LayerInputs
 
-ALLOCATIONS = ("uniform", "adakv", "headkv")
+ALLOCATIONS = ("uniform", "adakv", "headkv", "global")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,26 @@ def adakv_capacities(
     counts = torch.bincount(winners, minlength=heads)
     capacity = torch.round(counts * (1 - floor) + int(base * floor)).long()
     return capacity.clamp(max=past)
+
+
+def global_capacities(scores: list[torch.Tensor], bases: list[int]) -> list[torch.Tensor]:
+    """Past tokens each (layer, head) keeps when one top-k ranks every layer's ``[heads, P]`` scores together.
+
+    The layers share ``sum(heads x bases[layer])`` tokens; a layer's count per head is how many of its scores are
+    among the winners (a head may get none, or all its past tokens).
+    """
+    flat = torch.cat([layer.reshape(-1).float() for layer in scores])
+    total = sum(layer.shape[0] * base for layer, base in zip(scores, bases, strict=True))
+    owner = torch.cat([torch.arange(layer.numel(), device=flat.device) // layer.shape[1] for layer in scores])
+    starts = [0]
+    for layer in scores:
+        starts.append(starts[-1] + layer.numel())
+    winners = torch.zeros(flat.numel(), dtype=torch.bool, device=flat.device)
+    winners[flat.topk(total).indices] = True
+    return [
+        torch.bincount(owner[start:end][winners[start:end]], minlength=layer.shape[0])
+        for layer, start, end in zip(scores, starts[:-1], starts[1:], strict=True)
+    ]
 
 
 def headkv_capacities(importance: torch.Tensor, budget: int, beta: float) -> torch.Tensor:
@@ -213,6 +236,8 @@ class Allocation(Protocol):
     """Whether heads may keep different numbers of tokens (stored in a variable-length layout)."""
     fixed_per_head: bool
     """Whether every (layer, head)'s budget is fixed in advance (no per-layer schedule can apply)."""
+    across_layers: bool
+    """Whether layers share one budget: every layer is scored before any is evicted (``select_layers``)."""
 
     def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool: ...
 
@@ -238,6 +263,7 @@ class UniformAllocation:
     setting: str = "allocation='uniform'"
     headwise: bool = False
     fixed_per_head: bool = False
+    across_layers: bool = False
 
     def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
         return False
@@ -273,6 +299,7 @@ class AdaKVAllocation:
     normalize: bool
     headwise: bool = True
     fixed_per_head: bool = False
+    across_layers: bool = False
 
     @property
     def setting(self) -> str:
@@ -300,6 +327,42 @@ class AdaKVAllocation:
 
 
 @dataclass(frozen=True)
+class GlobalAllocation:
+    """One top-k over every layer and head (`global_capacities`): asks for every layer's scores at once."""
+
+    headwise: bool = True
+    fixed_per_head: bool = False
+    across_layers: bool = True
+
+    @property
+    def setting(self) -> str:
+        return "allocation='global'"
+
+    def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
+        return False
+
+    def input_files(self) -> list[Path]:
+        return []
+
+    def check_model(self, num_layers: int, num_heads: int) -> None:
+        return None
+
+    def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
+        raise NotImplementedError("allocation='global' shares the budget across layers: use select_layers")
+
+    def select(
+        self, scores: torch.Tensor, keep: int, window: int, inputs: LayerInputs, budget: Budget
+    ) -> torch.Tensor | HeadSelection:
+        raise NotImplementedError("allocation='global' selects every layer at once: use select_layers")
+
+    def select_layers(self, scores: list[torch.Tensor], keeps: list[int], window: int) -> list[HeadSelection]:
+        """Each layer's kept positions from its reduced scores ``[b, heads, P]`` and token count ``keep``."""
+        flat = [_single_prompt(layer) for layer in scores]
+        capacities = global_capacities(flat, [keep - window for keep in keeps])
+        return [top_positions(layer, counts, window) for layer, counts in zip(flat, capacities, strict=True)]
+
+
+@dataclass(frozen=True)
 class HeadKVAllocation:
     """HeadKV's fixed per-(layer, head) budgets from a head-importance file (`headkv_capacities`)."""
 
@@ -308,6 +371,7 @@ class HeadKVAllocation:
     gqa: str
     headwise: bool = True
     fixed_per_head: bool = True
+    across_layers: bool = False
     _importance: dict[tuple[int, int], torch.Tensor] = field(default_factory=dict, init=False, compare=False)
     """Each model shape's mean head scores, read from the file once."""
     _budgets: dict[tuple[int, int, int, int], torch.Tensor] = field(default_factory=dict, init=False, compare=False)
@@ -371,6 +435,8 @@ def allocation_of(
     check_number(owner, "head_beta", head_beta, low=1, low_open=False)  # below 1 the least important heads go negative
     if allocation == "adakv":
         return AdaKVAllocation(floor, normalize)
+    if allocation == "global":
+        return GlobalAllocation()
     if allocation != "headkv":
         if head_scores is not None:
             raise ValueError(

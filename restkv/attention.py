@@ -90,7 +90,7 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
         if compressor is None:
             return original(module, query, key, value, *args, **kwargs)
         if query.shape[2] > 1:
-            compressor._capture(module, query)
+            compressor._capture(module, query, kwargs.get("softcap"))
         layout = layout_of(key)
         if isinstance(layout, VarlenLayer):
             return varlen_attention(module, query, layout, compressor.varlen_kernel, **kwargs)

@@ -181,12 +181,16 @@ def accept_cache_keyword(cls: type) -> bool:
     return True
 
 
+BASE_MODELS = {"Gemma3ForCausalLM": "Gemma3TextModel"}
+"""Base models not named after their ``*ForCausalLM`` (``Gemma3Model`` is the multimodal one)."""
+
+
 def support_cache_keyword(model_classes: Iterable[str]) -> None:
     """Give the named ``*ForCausalLM`` classes and their base models ``cache=`` where they only take
     ``past_key_values``, and then outputs a ``.cache`` attribute; a no-op from transformers 5.24 on."""
     changed = False
     for name in model_classes:
-        for class_name in (name, name.replace("ForCausalLM", "Model")):
+        for class_name in (name, BASE_MODELS.get(name, name.replace("ForCausalLM", "Model"))):
             cls = getattr(transformers, class_name, None)
             if cls is not None:
                 changed = accept_cache_keyword(cls) or changed

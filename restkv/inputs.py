@@ -17,6 +17,7 @@ class LayerInputs:
     ``[b, h_kv, L, d]``, position-encoded. ``output_gram`` lazily gives the per-head
     ``W_o^h^T W_o^h`` matrices ``[h, d, d]`` (None when the layer has no output projection);
     ``output_weight`` lazily gives the output projection's weight ``[hidden, h * d]`` itself.
+    ``softcap``: the logit soft-capping the model applies (``tanh(x / c) * c``, Gemma 2), None for none.
     """
 
     queries: torch.Tensor
@@ -27,6 +28,7 @@ class LayerInputs:
     scaling: float | None = None
     output_gram: Callable[[], torch.Tensor] | None = None
     output_weight: Callable[[], torch.Tensor] | None = None
+    softcap: float | None = None
 
     @property
     def num_heads(self) -> int:

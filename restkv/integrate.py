@@ -69,12 +69,17 @@ from restkv.scoring import output_gram
 from restkv.select import Budget
 from restkv.storage import check_storage, stored_layer
 from restkv.varlen import VARLEN_KERNELS
+from restkv.windows import windowed_layers
 
 SUPPORTED_MODELS = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
     "Qwen3ForCausalLM",
+    "GemmaForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Phi3ForCausalLM",
 )
 SUPPORTED_TRANSFORMERS = ">=5.2,<6"
 """The transformers releases restkv supports (pyproject's pin; CI tests the oldest 5.2.x and the newest)."""
@@ -97,6 +102,31 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
     if [m.layer_idx for m in layers] != list(range(len(layers))):
         raise ValueError(f"could not find the attention layers of {name} in order")
     return layers
+
+
+def check_layers(model: nn.Module, layers: list[nn.Module], windowed: frozenset[int], policy: Policy) -> int:
+    """The last layer eviction changes; raises for attention it cannot evict correctly (bidirectional, or every
+    layer within a sliding window)."""
+    name = type(model).__name__
+    if any(getattr(module, "is_causal", True) is False for module in layers):
+        raise ValueError(
+            f"{name} attends bidirectionally (use_bidirectional_attention); eviction assumes causal attention"
+        )
+    softcap = getattr(model.config, "attn_logit_softcapping", None)
+    if softcap is not None and name == "Gemma2ForCausalLM" and model.config._attn_implementation == "sdpa":
+        raise ValueError(
+            f"{name} soft-caps its attention logits (attn_logit_softcapping={softcap}), which PyTorch's sdpa kernel "
+            "cannot do (transformers 5.2 drops it silently): load the model with attn_implementation='eager' "
+            "(model.attn_implementation=eager) or flash_attention_2"
+        )
+    evictable = [module.layer_idx for module in layers if module.layer_idx not in windowed]
+    if not evictable and policy.evicts:
+        raise ValueError(
+            f"every attention layer of {name} attends within a sliding window shorter than its context "
+            f"(config.sliding_window={getattr(model.config, 'sliding_window', None)}); those layers already keep only "
+            "their window and are never evicted, so this model has nothing to evict"
+        )
+    return evictable[-1] if evictable else -1
 
 
 def _enabled(quantization: Quantization | None) -> Quantization | None:
@@ -199,6 +229,9 @@ class KVCompressor:
         check_choice("compress", "varlen_kernel", varlen_kernel, VARLEN_KERNELS)
         self.layout, self.varlen_kernel = layout, varlen_kernel
         self.layers = attention_layers(model)
+        self.windowed = windowed_layers(self.layers, model.config)
+        """Sliding-window layers, left whole (`restkv.windows`)."""
+        self._last_evicted = check_layers(model, self.layers, self.windowed, policy)
         self.implementation = model.config._attn_implementation
         if self.implementation not in SUPPORTED_ATTENTION:
             raise ValueError(
@@ -227,6 +260,7 @@ class KVCompressor:
         self.active = True
         self._captured: dict[int, tuple[torch.Tensor, int]] = {}
         self._grams: dict[int, torch.Tensor] = {}
+        self._pending: list[tuple[Any, ...]] = []  # layers scored, not yet evicted (allocation='global')
         self._hooks: list[Any] = []
         self._lock = threading.Lock()
         self._owner: threading.Thread | None = None  # the thread whose prefill is in flight
@@ -366,13 +400,13 @@ class KVCompressor:
             f"differently: restkv supports transformers{SUPPORTED_TRANSFORMERS} with {', '.join(SUPPORTED_MODELS)}"
         )
 
-    def _capture(self, module: nn.Module, query: torch.Tensor) -> None:
+    def _capture(self, module: nn.Module, query: torch.Tensor, softcap: float | None = None) -> None:
         if not self.active:
             return
         self._begin_prefill(module.layer_idx)
         length = query.shape[2]
         kept = query if self.policy.needs_all_queries else query[:, :, -self.policy.query_count :]
-        self._captured[module.layer_idx] = (kept, length)
+        self._captured[module.layer_idx] = (kept, length, softcap)
 
     def _gram(self, module: nn.Module) -> torch.Tensor:
         layer = module.layer_idx
@@ -397,10 +431,16 @@ class KVCompressor:
         cache = passed_cache(module, kwargs, self._cache_keyword)
         if captured is None or not isinstance(cache, Cache):
             return
-        queries, length = captured
+        queries, length, softcap = captured
         layer_cache = cache.layers[module.layer_idx]
         if layer_cache.get_seq_length() != length:
             return  # not a prefill from an empty cache: tokens appended after eviction
+        if module.layer_idx == 0:
+            self.record = PrefillRecord(prompt_length=length)
+            self._pending = []
+        if module.layer_idx in self.windowed:
+            self._keep_sliding_layer(module.layer_idx, layer_cache)
+            return
         if type(layer_cache) is not DynamicLayer:
             raise NotImplementedError(
                 f"eviction supports transformers' DynamicCache layers only; layer {module.layer_idx} uses "
@@ -410,22 +450,30 @@ class KVCompressor:
             raise NotImplementedError(f"eviction runs on batch size 1; got batch size {queries.shape[0]}")
         if not self.timed:
             with torch.no_grad():
-                self._evict(module, cache, layer_cache, queries)
+                self._evict(module, cache, layer_cache, queries, softcap)
             return
         synchronize(queries.device)
         start = time.perf_counter()
         with torch.no_grad():
-            self._evict(module, cache, layer_cache, queries)
+            self._evict(module, cache, layer_cache, queries, softcap)
         synchronize(queries.device)
         self.record.eviction_seconds = (self.record.eviction_seconds or 0.0) + time.perf_counter() - start
 
-    def _evict(self, module: nn.Module, cache: Cache, layer_cache: DynamicLayer, queries: torch.Tensor) -> None:
+    def _keep_sliding_layer(self, layer: int, layer_cache: DynamicLayer) -> None:
+        """Record a sliding-window layer as handled: its cache, which holds its window only, stays as it is."""
+        self.record.indices.append(None)
+        evicted = getattr(self._forward, "evicted", None)
+        if evicted is not None:
+            evicted.add(layer)
+        self._note(layer_cache, None, layer_cache.keys.shape[2])
+
+    def _evict(
+        self, module: nn.Module, cache: Cache, layer_cache: DynamicLayer, queries: torch.Tensor, softcap: float | None
+    ) -> None:
         layer = module.layer_idx
         keys, values = layer_cache.keys, layer_cache.values
         if self.policy.evicts:
             check_finite_cache(layer, keys, values)
-        if layer == 0:
-            self.record = PrefillRecord(prompt_length=keys.shape[2])
         inputs = LayerInputs(
             queries=queries,
             keys=keys,
@@ -435,8 +483,25 @@ class KVCompressor:
             scaling=getattr(module, "scaling", None),
             output_gram=(lambda: self._gram(module)) if self.policy.needs_output_gram else None,
             output_weight=lambda: module.o_proj.weight,
+            softcap=softcap,
         )
-        selection = self.policy.select(inputs, self.budget)
+        if not self.policy.stages.allocation.across_layers:
+            self._store(cache, layer_cache, inputs, queries, self.policy.select(inputs, self.budget))
+            return
+        # one budget for all layers: hold each layer (its cache is still whole) until the last one is scored
+        self._pending.append((cache, layer_cache, inputs, queries))
+        if layer < self._last_evicted:
+            return
+        pending, self._pending = self._pending, []
+        selections = self.policy.select_layers([entry[2] for entry in pending], self.budget)
+        for entry, selection in zip(pending, selections, strict=True):
+            self._store(*entry, selection)
+
+    def _store(
+        self, cache: Cache, layer_cache: DynamicLayer, inputs: LayerInputs, queries: torch.Tensor, selection: Any
+    ) -> None:
+        """Replace the layer's cache by what ``selection`` keeps, and record it."""
+        layer = inputs.layer
         self.record.indices.append(selection)
         evicted = getattr(self._forward, "evicted", None)
         if evicted is not None:
@@ -446,7 +511,7 @@ class KVCompressor:
             self.policy, inputs, queries, selection, layer_cache, self.layout, reserve, self._guard, self.quantization
         )
         cache.layers[layer] = stored
-        self._note(stored, selection, keys.shape[2], pruned)
+        self._note(stored, selection, inputs.length, pruned)
 
     def _note(self, stored: DynamicLayer, selection: Any, prompt_length: int, pruned_bytes: int = 0) -> None:
         """Record what a layer kept and what its cache costs."""

@@ -136,7 +136,7 @@ class CamMerge:
                 f"merge='cam' with gqa='expand' on a model with grouped key/value heads ({heads} query, "
                 f"{kv_heads} key/value heads) is not built: merged values would differ per query head; use gqa='mean'"
             )
-        attention = window_attention(inputs.queries[..., -window:, :], inputs.keys, inputs.scaling)
+        attention = window_attention(inputs.queries[..., -window:, :], inputs.keys, inputs.scaling, inputs.softcap)
         means = attention[0].mean(dim=-2)  # [h, L]: each column's mean over the window's rows
         if heads != kv_heads:
             grouped = means.view(kv_heads, heads // kv_heads, -1)

@@ -85,6 +85,11 @@ class Policy:
         check_choice(owner, "gqa", self.gqa, GQA_MODES)
         self.__dict__.pop("_stages", None)
         _ = self.stages  # each stage checks its own knobs, then the rules across them
+        if self.stages.allocation.across_layers and type(self).select is not Policy.select:
+            raise ValueError(
+                f"{owner}.{self.stages.allocation.setting} is not allowed: {owner} chooses each layer's positions its "
+                "own way, so the layers cannot share one ranking; use allocation='uniform' or 'adakv'"
+            )
 
     @property
     def stages(self) -> Stages:
@@ -143,6 +148,15 @@ class Policy:
         reference AdaKV code still trims a token or two by rounding when the budget equals the
         prompt length exactly).
         """
+        scored = self.layer_scores(inputs, budget)
+        if scored is None:
+            return None
+        scores, keep = scored
+        return self.stages.allocation.select(scores, keep, self.window, inputs, budget)
+
+    def layer_scores(self, inputs: LayerInputs, budget: Budget) -> tuple[torch.Tensor, int] | None:
+        """One layer's scores reduced to selection heads ``[b, heads, P]`` and its token count, or None when the
+        layer keeps the whole prompt."""
         if not self.evicts:
             return None
         keep = self.layer_keep(inputs.length, budget, inputs.layer, inputs.num_layers)
@@ -153,8 +167,18 @@ class Policy:
         past = inputs.length - self.window
         if scores.shape[-1] != past:
             raise RuntimeError(f"{type(self).__name__}.score returned {scores.shape[-1]} scores for {past} past tokens")
-        scores = reduce_groups(scores, inputs.num_kv_heads, self.gqa)
-        return allocation.select(scores, keep, self.window, inputs, budget)
+        return reduce_groups(scores, inputs.num_kv_heads, self.gqa), keep
+
+    def select_layers(self, layers: list[LayerInputs], budget: Budget) -> list[torch.Tensor | HeadSelection | None]:
+        """Every layer's selection at once, in layer order: what an allocation shared across layers
+        (``allocation='global'``) needs; any other allocation selects layer by layer."""
+        allocation = self.stages.allocation
+        if not allocation.across_layers:
+            return [self.select(inputs, budget) for inputs in layers]
+        scored = [self.layer_scores(inputs, budget) for inputs in layers]
+        if any(entry is None for entry in scored):
+            return [None] * len(layers)  # the prompt fits the budget: every layer keeps it whole
+        return allocation.select_layers([s for s, _ in scored], [k for _, k in scored], self.window)
 
     def merged_values(self, inputs: LayerInputs, selection: object, draws: torch.Tensor | None = None) -> torch.Tensor:
         """The values to store for ``selection``: ``inputs.values``, or the merge stage's (`restkv.merge`)."""

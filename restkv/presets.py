@@ -7,6 +7,8 @@
 - ``dropkv``: DropKV as we read its definition, ReST-KV's indicator squared and without ``W_o``
   (``a/(1-a) * ||o - v||`` per token, squared before the adaptive smoothing); every other stage is
   ReST-KV's. A configuration over the existing stages, no code of its own.
+- ``restkv_defensive``: ReST-KV with DefensiveKV's worst-case aggregation of the window (``temporal``
+  ``defensive``: the maximum over the window's queries, floored at its mean) instead of the EMA.
 - ``ablation/*``: the rows of the paper's indicator / temporal / spatial ablation (Table 3,
   Appendix Table 12); ``restkv`` itself is the full method's row.
 """
@@ -18,6 +20,7 @@ from restkv.registry import register_preset
 register_preset("restkv_ruler", "restkv", kernel=21)
 register_preset("ada_restkv", "restkv", allocation="adakv")
 register_preset("dropkv", "restkv", use_wo=False, power=2.0)
+register_preset("restkv_defensive", "restkv", temporal="defensive")
 
 # attention x ||v||, summed over the window, average-pooled (kernel 5)
 register_preset("ablation/attn_v", "restkv", indicator="attention_value", temporal="sum", spatial="avgpool")

@@ -39,11 +39,14 @@ def _group(x: torch.Tensor, num_kv_heads: int) -> torch.Tensor:
     return x.view(b, num_kv_heads, h // num_kv_heads, *x.shape[2:])
 
 
-def window_attention(queries: torch.Tensor, keys: torch.Tensor, scaling: float | None = None) -> torch.Tensor:
+def window_attention(
+    queries: torch.Tensor, keys: torch.Tensor, scaling: float | None = None, softcap: float | None = None
+) -> torch.Tensor:
     """Softmax attention of the window's queries over all keys, causal inside the window.
 
     Returns float32 ``[b, h, w, L]``; rows sum to one. The window's queries occupy the last
-    ``w`` positions, so query ``i`` of the window sees keys ``0 .. L - w + i``.
+    ``w`` positions, so query ``i`` of the window sees keys ``0 .. L - w + i``. ``softcap``: the
+    model's logit soft-capping (``tanh(x / c) * c`` after scaling, as Gemma 2 computes attention).
     """
     b, h, w, d = queries.shape
     num_kv, length = keys.shape[1], keys.shape[2]
@@ -53,6 +56,8 @@ def window_attention(queries: torch.Tensor, keys: torch.Tensor, scaling: float |
     # [b, kv, g * w, d] @ [b, kv, d, L]: one GEMM per key/value head, keys never repeated
     q = (queries.float() * scaling).reshape(b, num_kv, (h // num_kv) * w, d)
     logits = (q @ keys.float().transpose(-1, -2)).view(b, h, w, length)
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
     future = torch.ones(w, w, dtype=torch.bool, device=queries.device).triu(1)
     logits[..., length - w :].masked_fill_(future, float("-inf"))
     return logits.softmax(dim=-1)
@@ -60,7 +65,7 @@ def window_attention(queries: torch.Tensor, keys: torch.Tensor, scaling: float |
 
 # --- temporal aggregation over the window's queries -------------------------------------------------
 
-TEMPORAL = ("sum", "mean", "ema", "inv_ema", "last")
+TEMPORAL = ("sum", "mean", "ema", "inv_ema", "last", "defensive")
 
 
 def temporal_weights(kind: str, window: int, alpha: float, device: torch.device | None = None) -> torch.Tensor:
@@ -88,9 +93,16 @@ def temporal_weights(kind: str, window: int, alpha: float, device: torch.device 
 
 
 def aggregate(rows: torch.Tensor, kind: str, alpha: float) -> torch.Tensor:
-    """Aggregate ``[..., w, P]`` over the window axis into ``[..., P]``."""
+    """Aggregate ``[..., w, P]`` over the window axis into ``[..., P]``.
+
+    ``defensive`` (DefensiveKV, Feng et al. 2026) is the worst case: the maximum over the window's
+    queries, floored at its mean over the positions given (pass the past tokens only).
+    """
     if kind == "sum":
         return rows.sum(dim=-2)
+    if kind == "defensive":
+        worst = rows.amax(dim=-2)
+        return worst.clamp(min=worst.mean(dim=-1, keepdim=True))
     weights = temporal_weights(kind, rows.shape[-2], alpha, rows.device)
     return (weights @ rows).to(rows.dtype)  # a batched vector-matrix product over the window axis
 

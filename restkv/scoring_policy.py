@@ -25,7 +25,9 @@ class ScoringPolicy(Policy):
     indicator: ``attention`` (window attention), ``attention_value`` (attention x ||v||) or
       ``reconstruction`` (``a/(1-a) * ||W_o^h (o - v)||^tau``; ``use_wo=False`` drops ``W_o``).
     temporal: how the window's queries are combined: ``sum``, ``mean``, ``ema`` (newest
-      query weighs ``alpha``), ``inv_ema`` (oldest weighs ``alpha``), ``last`` (newest only).
+      query weighs ``alpha``), ``inv_ema`` (oldest weighs ``alpha``), ``last`` (newest only),
+      ``defensive`` (DefensiveKV's worst case: the maximum, floored at its mean over the past tokens,
+      per query head before ``gqa`` reduces a group).
     power: the indicator raised to this power per token (``2`` with ``use_wo=False`` is DropKV's squared
       output change); applied before spatial smoothing, per query under ``order='before'``.
     order: ``after`` aggregates attention, then computes the indicator; ``before`` computes it
@@ -73,7 +75,9 @@ class ScoringPolicy(Policy):
         return self.indicator == "reconstruction" and self.use_wo
 
     def score(self, inputs: LayerInputs, keep: int) -> torch.Tensor:
-        attention = scoring.window_attention(inputs.queries[..., -self.window :, :], inputs.keys, inputs.scaling)
+        attention = scoring.window_attention(
+            inputs.queries[..., -self.window :, :], inputs.keys, inputs.scaling, inputs.softcap
+        )
         scores = self.indicator_scores(attention, inputs)
         return self.smooth(scores, attention, keep)
 
@@ -86,8 +90,10 @@ class ScoringPolicy(Policy):
         if self.indicator == "reconstruction" and self.order == "before":
             per_query = scoring.reconstruction_before(attention, inputs.values, gram, self.tau, self.normalize)
             return scoring.aggregate(self._raised(per_query), self.temporal, self.alpha)
-        # aggregate whole rows, then drop the window columns: slicing first would force a copy
-        weights = scoring.aggregate(attention, self.temporal, self.alpha)[..., :past]
+        if self.temporal == "defensive":  # its floor is a mean over the past tokens: drop the window columns first
+            weights = scoring.aggregate(attention[..., :past], self.temporal, self.alpha)
+        else:  # aggregate whole rows, then drop the window columns: slicing first would force a copy
+            weights = scoring.aggregate(attention, self.temporal, self.alpha)[..., :past]
         if self.indicator == "attention":
             return self._raised(weights)
         if self.indicator == "attention_value":

@@ -105,6 +105,11 @@ def check_combination(owner: str, stages: Stages, policy: PolicyKnobs) -> None:
             f"{owner}.{stages.allocation.setting} is not allowed: {owner} cannot share a budget across heads (it keeps "
             "everything, or its scores are the same for every head); use allocation='uniform'"
         )
+    if stages.allocation.across_layers and stages.schedule.varies_by_layer:
+        raise ValueError(
+            f"{owner}.{stages.allocation.setting} shares one budget by all layers from their scores, so "
+            f"{stages.schedule.setting} cannot apply; use schedule='uniform'"
+        )
     if stages.allocation.fixed_per_head and stages.schedule.varies_by_layer:
         raise ValueError(
             f"{owner}.{stages.allocation.setting} fixes every (layer, head)'s budget from the head file, so "

@@ -47,6 +47,10 @@ POLICIES = [
     "criticalkv",
     "critical_adakv",
     "dropkv",
+    "caote",
+    "restkv_defensive",
+    "defensivekv",
+    "layer_defensivekv",
 ]
 """Every policy, with ``--all``."""
 QUANT_BITS = ["16", "8", "4", "2"]

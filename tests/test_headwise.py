@@ -17,7 +17,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import ReSTKV, compress
 from restkv.allocation import HeadSelection
-from restkv.baselines import AdaKV, HeadKV, SnapKV
+from restkv.baselines import AdaKV, DefensiveKV, HeadKV, SnapKV
 from restkv.cache import CompressedLayer
 from restkv.layouts import MaskedLayer, VarlenLayer, layer_size
 from restkv.policy import Policy
@@ -44,10 +44,12 @@ def policies(tmp: Path) -> dict[str, Policy]:
         "ada-restkv-expand": ReSTKV(window=WINDOW, gqa="expand", allocation="adakv"),
         "ada-pyramid-max": SnapKV(window=WINDOW, gqa="max", schedule="pyramid", allocation="adakv", floor=0.0),
         "headkv": HeadKV(window=WINDOW, head_scores=head_file(tmp / "heads.json")),
+        "defensivekv": DefensiveKV(window=WINDOW),
+        "layer-defensivekv": DefensiveKV(window=WINDOW, allocation="global"),
     }
 
 
-POLICY_NAMES = ["adakv", "ada-restkv-expand", "ada-pyramid-max", "headkv"]
+POLICY_NAMES = ["adakv", "ada-restkv-expand", "ada-pyramid-max", "headkv", "defensivekv", "layer-defensivekv"]
 
 
 def prompt(length: int = PROMPT, seed: int = 1) -> torch.Tensor:

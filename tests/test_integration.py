@@ -7,8 +7,8 @@ import torch
 from transformers import DynamicCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from restkv import ReSTKV, compress
-from restkv.baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
+from restkv import ReSTKV, compress, get_policy
+from restkv.baselines import CAOTE, H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
 from restkv.cache import CompressedLayer
 from restkv.policy import Policy
 
@@ -28,6 +28,8 @@ def policies() -> list[Policy]:
         H2O(window=WINDOW, max_elements=500),
         StreamingLLM(window=WINDOW),
         RandomEviction(window=WINDOW),
+        get_policy("restkv_defensive", window=WINDOW),
+        CAOTE(window=WINDOW),
     ]
 
 

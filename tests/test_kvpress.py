@@ -65,7 +65,7 @@ def test_the_ratio_makes_kvpress_keep_exactly_the_budget() -> None:
 @pytest.mark.parametrize(
     ("knobs", "message"),
     [
-        ({"press": "SnapPress"}, r"press='SnapPress' is not a supported kvpress press; supported: CURPress, Cap"),
+        ({"press": "SnapPress"}, r"press='SnapPress' is not a press that runs here; runnable: AdaKVPress, BlockPress"),
         ({"press": "KnormPress", "window_size": 32}, r"KnormPress does not take window_size; its settings: none"),
         ({"press": "SnapKVPress", "n_sink": 2}, r"SnapKVPress does not take n_sink; its settings: window_size, kernel"),
         ({"press": "SnapKVPress", "window": 16}, r"window is SnapKVPress's own \(64\); set policy.window_size"),
@@ -121,10 +121,9 @@ def test_the_table_is_the_installed_kvpress() -> None:
 @pytest.mark.parametrize(
     ("press", "reason"),
     [
-        ("AdaKVPress", "it wraps another press"),
-        ("PyramidKVPress", "policy.press=SnapKVPress policy.schedule=pyramid"),
-        ("QFilterPress", "downloads its filters"),
-        ("ThinKPress", "evicts through its own compress or hooks"),
+        ("KeyRerotationPress", "re-rotates the kept keys"),
+        ("QFilterPress", "downloads its per-model filters"),
+        ("ThinKPress", "policy.think_ratio is ThinK on any policy here"),
     ],
 )
 def test_other_presses_are_refused_with_the_reason(press: str, reason: str) -> None:
@@ -187,6 +186,8 @@ def test_a_press_reading_attention_weights_needs_eager(micro) -> None:
         ("RandomPress", ["policy.seed=0"]),
         ("KeyDiffPress", []),
         ("ObservedAttentionPress", ["model.attn_implementation=eager"]),
+        ("AdaKVPress", ["policy.inner=SnapKVPress", "policy.window_size=32"]),
+        ("PyramidKVPress", ["policy.window_size=32"]),
     ],
 )
 def test_presses_run_end_to_end_and_resume(tmp_path: Path, press: str, extra: list[str], capsys) -> None:
@@ -196,7 +197,8 @@ def test_presses_run_end_to_end_and_resume(tmp_path: Path, press: str, extra: li
     (folder,) = (tmp_path / "micro" / "tiny-random-llama" / "kvpress").iterdir()
     (record,) = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
     assert record["kept_tokens"] < record["context_length"]
-    assert record["kept_tokens"] == 96 or "policy.schedule=pyramid" in extra  # PyramidKV budgets: 96 on average
+    pyramid = "policy.schedule=pyramid" in extra or press == "PyramidKVPress"
+    assert record["kept_tokens"] == 96 or pyramid  # PyramidKV budgets: 96 on average
     assert summary["ran"]["samples"] == 1 and json.loads((folder / "metrics.json").read_text())["budget"] == "96"
     run(tmp_path, *overrides)
     assert "1 of 1 samples already done" in capsys.readouterr().out

@@ -116,7 +116,9 @@ def authors_select(policy: Any, inputs: LayerInputs, weight: torch.Tensor, budge
     """The authors' eviction decision: `authors_scores` then the top ``budget - window`` per query head."""
     if (policy.indicator, policy.order, policy.use_wo) != ("reconstruction", "after", True):
         raise ValueError("latency.scoring_authors: the authors' formulation is ReST-KV's after-order W_o score")
-    attention = scoring.window_attention(inputs.queries[..., -policy.window :, :], inputs.keys, inputs.scaling)
+    attention = scoring.window_attention(
+        inputs.queries[..., -policy.window :, :], inputs.keys, inputs.scaling, inputs.softcap
+    )
     past = inputs.length - policy.window
     row = scoring.aggregate(attention, policy.temporal, policy.alpha)[..., :past]
     return authors_scores(row, inputs.values, weight).topk(budget - policy.window, dim=-1).indices

@@ -33,6 +33,7 @@ from restkv.eval.benchmarks.haystack import load_haystack
 from restkv.integrate import attention_layers, compress
 from restkv.policy import LayerInputs, Policy
 from restkv.select import Budget
+from restkv.windows import module_windows
 
 WORDS = ("amber", "cobalt", "falcon", "harbor", "juniper", "lantern", "meadow", "orchid", "quartz", "willow")
 
@@ -166,20 +167,8 @@ class RetrievalProbe(Policy):
 
 
 def layer_windows(model: PreTrainedModel) -> dict[int, int]:
-    """The sliding window of every attention layer that has one, by layer (empty for Llama).
-
-    Qwen2/Qwen3 set it per layer on the attention module (None where ``use_sliding_window`` is
-    off, though their config still names a window); Mistral applies ``config.sliding_window`` to
-    every layer.
-    """
-    config = model.config
-    shared = getattr(config, "sliding_window", None) if getattr(config, "use_sliding_window", True) else None
-    windows = {}
-    for module in attention_layers(model):
-        window = getattr(module, "sliding_window", shared)
-        if window is not None:
-            windows[module.layer_idx] = int(window)
-    return windows
+    """The sliding window of every attention layer that has one, by layer (empty for Llama; `restkv.windows`)."""
+    return module_windows(attention_layers(model), model.config)
 
 
 @torch.no_grad()

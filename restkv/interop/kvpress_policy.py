@@ -19,6 +19,7 @@ naming the extra, when the runner first asks whether it evicts (before anything 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import sys
 import weakref
 from collections.abc import Iterator
@@ -29,8 +30,10 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from restkv.allocation import HeadSelection
 from restkv.interop import EXTRA, KVPressMissing, compression_ratio, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
+from restkv.interop.press_catalogue import REFUSED
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 from restkv.select import Budget
@@ -53,54 +56,42 @@ SUPPORTED: dict[str, tuple[str, ...]] = {
 }
 """Supported presses and the settings each takes (besides ``compression_ratio``, set from the budget)."""
 
-WINDOWS = {"SnapKVPress": ("window_size", 64), "TOVAPress": (None, 1)}
+WRAPPERS: dict[str, tuple[str, ...]] = {
+    "CriticalKVPress": ("epsilon", "first_stage_ratio"),
+    "AdaKVPress": ("alpha_safeguard",),
+    "CriticalAdaKVPress": ("alpha_safeguard", "epsilon", "first_stage_ratio"),
+    "ChunkPress": ("chunk_length",),
+    "ChunkKVPress": ("chunk_length",),
+    "EntropyGatedChunkKVPress": ("chunk_length", "low_entropy_chunk_length"),
+    "BlockPress": ("block_size",),
+}
+"""Presses that wrap a scorer press (``policy.inner``, one of `SUPPORTED`) and the settings each takes."""
+
+OWN_SELECTION = {"PyramidKVPress": ("window_size", "kernel_size")}
+"""Presses that are not wrappers but choose what to keep in their own ``compress`` (PyramidKV's layer budgets)."""
+
+SCORED_WRAPPERS = ("CriticalKVPress",)
+"""Wrappers that are scorer presses themselves: their scores and a top-k, as for `SUPPORTED`."""
+
+HEADWISE = ("AdaKVPress", "CriticalAdaKVPress")
+"""Presses that keep a different number of tokens per head (kvpress masks them; here they are evicted)."""
+
+WINDOWS = {"SnapKVPress": ("window_size", 64), "TOVAPress": (None, 1), "PyramidKVPress": ("window_size", 64)}
 """Presses that always keep the last tokens of the prompt: the setting that sizes them and its default."""
 
 EAGER_ONLY = ("ObservedAttentionPress",)
 """Presses that read the attention weights, which only eager attention returns."""
 
-REASONS = {
-    "PyramidKVPress": "it sets its own per-layer budgets; policy.press=SnapKVPress policy.schedule=pyramid gives "
-    "SnapKVPress's scores under our PyramidKV budgets (or policy=pyramidkv)",
-    "QFilterPress": "it downloads its filters when attached to the whole model (post_init_from_model)",
-    "KVzapPress": "it downloads its scoring model when attached to the whole model (post_init_from_model)",
-    "ExpectedAttentionStatsPress": "it downloads or computes query statistics when attached to the whole model",
-    "CriticalKVPress": "it wraps another press",
-}
-
-
-def unsupported_reason(name: str) -> str:
-    """Why kvpress's press ``name`` does not run as our policy (kvpress installed)."""
-    if name in REASONS:
-        return REASONS[name]
-    kvpress = require_kvpress()
-    cls = getattr(kvpress, name)
-    if not issubclass(cls, kvpress.ScorerPress):
-        wraps = {f.name for f in dataclasses.fields(cls)} & {"press", "base_press", "presses"}
-        return "it wraps another press" if wraps else "it evicts through its own compress or hooks, not by scores"
-    if cls.compress is not kvpress.ScorerPress.compress:
-        return "it chooses what to keep in its own compress, not by scores and a top-k"
-    return "it needs the whole model (post_init_from_model)"
-
-
-def _press_names() -> tuple[list[str], list[str]]:
-    """(supported, other) press names of the installed kvpress (other: empty without kvpress)."""
-    try:
-        kvpress = require_kvpress()
-    except KVPressMissing:
-        return sorted(SUPPORTED), []
-    presses = [n for n in kvpress.__all__ if n.endswith("Press") and n not in ("BasePress", "ScorerPress")]
-    return sorted(SUPPORTED), sorted(n for n in presses if n not in SUPPORTED)
+RUNNABLE = (*SUPPORTED, *WRAPPERS, *OWN_SELECTION)
+"""Every press ``policy.press`` may name."""
 
 
 def unknown_press_message(name: str) -> str:
-    supported, other = _press_names()
-    message = f"KVPressPolicy.press={name!r} is not a supported kvpress press; supported: {', '.join(supported)}"
-    if name in other:
-        return f"{message}. kvpress's {name} is not supported because {unsupported_reason(name)}"
-    if other:
-        message += f"; kvpress's other presses ({', '.join(other)}) run in its own pipeline only"
-    return message
+    """Why ``policy.press=name`` is refused: kvpress's reason for the presses it has (`press_catalogue`)."""
+    message = f"KVPressPolicy.press={name!r} is not a press that runs here; runnable: {', '.join(sorted(RUNNABLE))}"
+    if name in REFUSED:
+        return f"{message}. kvpress's {name} is not supported because {REFUSED[name]}"
+    return message + " (docs/kvpress-presses.md lists every kvpress press and why the others do not run)"
 
 
 def _rotary(module: nn.Module) -> nn.Module:
@@ -179,17 +170,38 @@ class KVPressPolicy(Policy):
     blending: float | None = None
     lag_size: int | None = None
     cross_scoring: bool | None = None
+    inner: str | None = None
+    alpha_safeguard: float | None = None
+    first_stage_ratio: float | None = None
+    chunk_length: int | None = None
+    low_entropy_chunk_length: int | None = None
+    block_size: int | None = None
 
     allows_allocation: ClassVar[bool] = False  # the press selects per key/value head itself (see `select`)
 
     def __post_init__(self) -> None:
-        if self.press not in SUPPORTED:
+        if self.press not in RUNNABLE:
             raise ValueError(unknown_press_message(self.press))
+        if (self.press in WRAPPERS) != (self.inner is not None):
+            raise ValueError(
+                f"KVPressPolicy.inner={self.inner!r} is not allowed with press={self.press!r}: "
+                + (
+                    f"{self.press} wraps a scorer press, so policy.inner must name one of {', '.join(SUPPORTED)}"
+                    if self.press in WRAPPERS
+                    else f"only the wrappers ({', '.join(WRAPPERS)}) take an inner press"
+                )
+            )
+        if self.inner is not None and self.inner not in SUPPORTED:
+            raise ValueError(
+                f"KVPressPolicy.inner={self.inner!r} is not allowed: {self.press} wraps a scorer press, one of "
+                f"{', '.join(SUPPORTED)}"
+            )
         own = self._own_window()
         if self.window is not None and self.window != own:
+            setting = WINDOWS.get(self.scorer, (None,))[0]
             raise ValueError(
-                f"KVPressPolicy.window={self.window!r} is not allowed: the window is {self.press}'s own ({own}); "
-                + (f"set policy.{WINDOWS[self.press][0]}" if WINDOWS.get(self.press, (None,))[0] else "leave it unset")
+                f"KVPressPolicy.window={self.window!r} is not allowed: the window is {self.scorer}'s own ({own}); "
+                + (f"set policy.{setting}" if setting else "leave it unset")
             )
         self.window = own
         super().__post_init__()
@@ -202,16 +214,27 @@ class KVPressPolicy(Policy):
         self._calls.open()
         weakref.finalize(self, self._calls.close)
 
+    @property
+    def scorer(self) -> str:
+        """The press whose scores (and window) decide: the inner press of a wrapper, else the press itself."""
+        return self.inner if self.inner is not None else self.press
+
     def _own_window(self) -> int:
-        setting, default = WINDOWS.get(self.press, (None, 1))
+        setting, default = WINDOWS.get(self.scorer, (None, 1))
         value = getattr(self, setting) if setting else None
         return default if value is None else value
 
     def settings(self) -> dict[str, Any]:
         """The press's settings given here (None ones left to the press's defaults)."""
-        shared = {f.name for f in dataclasses.fields(Policy)} | {"press"}
+        shared = {f.name for f in dataclasses.fields(Policy)} | {"press", "inner"}
         names = [f.name for f in dataclasses.fields(self) if f.name not in shared]
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def _split_settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the wrapper's, the scorer's) settings: a wrapper claims its own names first."""
+        given = self.settings()
+        own = WRAPPERS.get(self.press, ())
+        return {k: v for k, v in given.items() if k in own}, {k: v for k, v in given.items() if k not in own}
 
     def validate(self) -> None:
         super().validate()
@@ -220,12 +243,19 @@ class KVPressPolicy(Policy):
                 f"KVPressPolicy.gqa={self.gqa!r} is not allowed: kvpress presses give one score per key/value head "
                 "(each reduces its query group its own way), so gqa stays 'mean'"
             )
-        extra = sorted(set(self.settings()) - set(SUPPORTED[self.press]))
-        if extra:
-            takes = ", ".join(SUPPORTED[self.press]) or "none"
+        if self.press in OWN_SELECTION and self.stages.schedule.varies_by_layer:
             raise ValueError(
-                f"{self.press} does not take {', '.join(extra)}; its settings: {takes} (its compression_ratio "
-                "comes from the budget)"
+                f"KVPressPolicy.{self.stages.schedule.setting} is not allowed with {self.press}: it sets its own "
+                "per-layer budgets (policy.beta is its beta)"
+            )
+        scorer = self._split_settings()[1]
+        takes = SUPPORTED.get(self.scorer) or OWN_SELECTION.get(self.scorer, ())
+        extra = sorted(set(scorer) - set(takes))
+        if extra:
+            listed = ", ".join((*WRAPPERS.get(self.press, ()), *takes)) or "none"
+            raise ValueError(
+                f"{self.press}{f' over {self.inner}' if self.inner else ''} does not take {', '.join(extra)}; its "
+                f"settings: {listed} (its compression_ratio comes from the budget)"
             )
 
     @property
@@ -235,29 +265,74 @@ class KVPressPolicy(Policy):
         return True
 
     def build_press(self, ratio: float) -> Any:
-        """The kvpress press with these settings and ``compression_ratio=ratio``."""
-        cls = getattr(require_kvpress(), self.press)
-        unknown = sorted(set(self.settings()) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"the installed kvpress's {self.press} takes no {', '.join(unknown)} (table: {EXTRA})")
-        try:
-            return cls(compression_ratio=ratio, **self.settings())
-        except (AssertionError, TypeError, ValueError) as error:
-            raise ValueError(f"kvpress refused {self.press}({self.settings()}): {error}") from error
+        """The kvpress press with these settings and ``compression_ratio=ratio`` (a wrapper around its inner press)."""
+        kvpress = require_kvpress()
+        wrapper, scorer = self._split_settings()
+        if self.press == "PyramidKVPress":
+            scorer = {**scorer, "beta": self.beta}
+        press = _built(kvpress, self.scorer, scorer, compression_ratio=ratio)
+        return press if self.inner is None else _built(kvpress, self.press, wrapper, press=press)
 
-    def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | None:
-        """The layer's budget of best positions by the press's scores, ascending: ``[b, h_kv, keep]``."""
+    def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | HeadSelection | None:
+        """The layer's kept positions, ascending: ``[b, h_kv, n]``, or per head for AdaKV-style presses."""
         keep = self.layer_keep(inputs.length, budget, inputs.layer, inputs.num_layers)
         if keep >= inputs.length:
             return None
         call = LayerCalls.current(inputs.layer, inputs.length)
-        if self.press in EAGER_ONLY and call.attentions is None:
-            raise ValueError(f"{self.press} reads the attention weights: run it with model.attn_implementation=eager")
+        if self.scorer in EAGER_ONLY and call.attentions is None:
+            raise ValueError(f"{self.scorer} reads the attention weights: run it with model.attn_implementation=eager")
         press = self.build_press(compression_ratio(keep, inputs.length))
         keys, values = inputs.keys, inputs.values
         with _with_rotary(call.module), _seeded(inputs.layer, keys.device):
-            scores = press.score(call.module, call.hidden_states, keys, values, call.attentions, call.kwargs)
+            if self.press in SUPPORTED or self.press in SCORED_WRAPPERS:
+                scores = press.score(call.module, call.hidden_states, keys, values, call.attentions, call.kwargs)
+            else:
+                kept = press.compress(call.module, call.hidden_states, keys, values, call.attentions, call.kwargs)[0]
+                return _read_back(call.module, kept, keys)
         expected = (*inputs.keys.shape[:2], inputs.length)
         if tuple(scores.shape) != expected:
             raise RuntimeError(f"{self.press}.score gave scores of shape {tuple(scores.shape)}; expected {expected}")
         return scores.topk(keep, dim=-1).indices.sort(dim=-1).values
+
+
+def _built(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
+    """kvpress's press ``name`` built with ``settings`` (refused by name where this kvpress lacks one)."""
+    cls = getattr(kvpress, name)
+    known = set(inspect.signature(cls).parameters)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"the installed kvpress's {name} takes no {', '.join(unknown)} (table: {EXTRA})")
+    try:
+        return cls(**fixed, **settings)
+    except (AssertionError, TypeError, ValueError) as error:
+        raise ValueError(f"kvpress refused {name}({settings}): {error}") from error
+
+
+def _read_back(module: nn.Module, kept_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | HeadSelection:
+    """What a press's own ``compress`` kept: kvpress's head mask (AdaKV-style presses), else the positions of the
+    keys it returned."""
+    masked = module.__dict__.pop("masked_key_indices", None)
+    if masked is not None:  # (batch, head, position) of every evicted entry; kept here, not masked at decode time
+        _, head, position = masked
+        visible = torch.ones(keys.shape[1], keys.shape[2], dtype=torch.bool, device=keys.device)
+        visible[head, position] = False
+        return HeadSelection.from_heads([row.nonzero().flatten() for row in visible])
+    return matched_positions(kept_keys, keys)
+
+
+def matched_positions(kept: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Positions ``[b, h, n]`` (ascending) of the key rows ``kept`` ``[b, h, n, d]`` within ``keys`` ``[b, h, L, d]``.
+
+    Rows are matched by a random projection, then checked whole; a row found nowhere (the press changed the
+    keys) is refused rather than guessed.
+    """
+    probe = torch.randn(keys.shape[-1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    probe = probe.to(keys.device)
+    every, wanted = keys.double() @ probe, kept.double() @ probe  # [b, h, L], [b, h, n]
+    order = every.argsort(dim=-1)
+    slots = torch.searchsorted(every.gather(-1, order), wanted).clamp(max=keys.shape[2] - 1)
+    positions = order.gather(-1, slots)
+    found = keys.gather(2, positions.unsqueeze(-1).expand(*positions.shape, keys.shape[-1]))
+    if not torch.equal(found, kept):
+        raise RuntimeError("the press returned keys that are not rows of the layer's keys; its positions are unknown")
+    return positions.sort(dim=-1).values
