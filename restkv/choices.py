@@ -9,5 +9,9 @@ DECODE_PATHS = ("auto", "eager", "static", "graph")
 """How greedy answers are decoded (`restkv.graphs`): ``eager``, the model's own loop; ``static``, the static-shape
 step run eagerly; ``graph``, that step recorded once as a CUDA graph and replayed; ``auto``, ``graph`` on CUDA where
 the cache has a static form, else ``eager``."""
+PROTOCOLS = ("query_aware", "query_agnostic")
+"""Where the question goes: inside the compressed prompt (the paper's protocol), or after eviction."""
+PHASES = ("prefill", "decode", "both")
+"""When eviction happens (`restkv.decode_eviction`): at the end of the prompt, during decoding, or both."""
 GQA_MODES = ("mean", "max", "expand")
 """How a grouped-query model's per-query-head scores become one selection per key/value head (`restkv.select`)."""

@@ -63,24 +63,17 @@ from restkv.cache import (
 from restkv.checks import check_choice, check_finite_cache
 from restkv.devices import synchronize
 from restkv.layouts import LAYOUTS, LayerSize, layer_size
+from restkv.models import SUPPORTED_MODELS as SUPPORTED_MODELS  # re-exported
+from restkv.models import attention_layers as attention_layers  # re-exported
+from restkv.models import check_layers
 from restkv.policy import LayerInputs, Policy
-from restkv.quantize import Quantization
+from restkv.quantize import Quantization, enabled_quantization
 from restkv.scoring import output_gram
 from restkv.select import Budget
 from restkv.storage import check_storage, stored_layer
 from restkv.varlen import VARLEN_KERNELS
 from restkv.windows import windowed_layers
 
-SUPPORTED_MODELS = (
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-    "GemmaForCausalLM",
-    "Gemma2ForCausalLM",
-    "Gemma3ForCausalLM",
-    "Phi3ForCausalLM",
-)
 SUPPORTED_TRANSFORMERS = ">=5.2,<6"
 """The transformers releases restkv supports (pyproject's pin; CI tests the oldest 5.2.x and the newest)."""
 SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2")
@@ -91,52 +84,6 @@ compression); ``gemm``: on CPU, `restkv.decode.decode_attention` (the same atten
 two GEMMs per key/value head, which reads the cache at memory bandwidth)."""
 
 support_cache_keyword(SUPPORTED_MODELS)
-
-
-def attention_layers(model: nn.Module) -> list[nn.Module]:
-    """The model's self-attention modules in layer order; raises for unsupported models."""
-    name = type(model).__name__
-    if name not in SUPPORTED_MODELS:
-        raise ValueError(f"model class {name} is not supported; supported: {', '.join(SUPPORTED_MODELS)}")
-    layers = [m for m in model.modules() if hasattr(m, "o_proj") and hasattr(m, "layer_idx")]
-    if [m.layer_idx for m in layers] != list(range(len(layers))):
-        raise ValueError(f"could not find the attention layers of {name} in order")
-    return layers
-
-
-def check_layers(model: nn.Module, layers: list[nn.Module], windowed: frozenset[int], policy: Policy) -> int:
-    """The last layer eviction changes; raises for attention it cannot evict correctly (bidirectional, or every
-    layer within a sliding window)."""
-    name = type(model).__name__
-    if any(getattr(module, "is_causal", True) is False for module in layers):
-        raise ValueError(
-            f"{name} attends bidirectionally (use_bidirectional_attention); eviction assumes causal attention"
-        )
-    softcap = getattr(model.config, "attn_logit_softcapping", None)
-    if softcap is not None and name == "Gemma2ForCausalLM" and model.config._attn_implementation == "sdpa":
-        raise ValueError(
-            f"{name} soft-caps its attention logits (attn_logit_softcapping={softcap}), which PyTorch's sdpa kernel "
-            "cannot do (transformers 5.2 drops it silently): load the model with attn_implementation='eager' "
-            "(model.attn_implementation=eager) or flash_attention_2"
-        )
-    evictable = [module.layer_idx for module in layers if module.layer_idx not in windowed]
-    if not evictable and policy.evicts:
-        raise ValueError(
-            f"every attention layer of {name} attends within a sliding window shorter than its context "
-            f"(config.sliding_window={getattr(model.config, 'sliding_window', None)}); those layers already keep only "
-            "their window and are never evicted, so this model has nothing to evict"
-        )
-    return evictable[-1] if evictable else -1
-
-
-def _enabled(quantization: Quantization | None) -> Quantization | None:
-    """``quantization`` when it stores anything quantized, else None; anything but a `Quantization` is refused."""
-    if quantization is not None and not isinstance(quantization, Quantization):
-        raise TypeError(
-            f"compress(quantization=...) takes a restkv.Quantization, e.g. Quantization(backend='hqq', nbits=4); "
-            f"got {quantization!r}"
-        )
-    return quantization if quantization is not None and quantization.enabled else None
 
 
 @dataclass
@@ -229,8 +176,7 @@ class KVCompressor:
         check_choice("compress", "varlen_kernel", varlen_kernel, VARLEN_KERNELS)
         self.layout, self.varlen_kernel = layout, varlen_kernel
         self.layers = attention_layers(model)
-        self.windowed = windowed_layers(self.layers, model.config)
-        """Sliding-window layers, left whole (`restkv.windows`)."""
+        self.windowed = windowed_layers(self.layers, model.config)  # sliding-window layers, left whole
         self._last_evicted = check_layers(model, self.layers, self.windowed, policy)
         self.implementation = model.config._attn_implementation
         if self.implementation not in SUPPORTED_ATTENTION:
@@ -243,7 +189,7 @@ class KVCompressor:
                 f"layout='masked' needs a masked attention kernel (eager or sdpa); the model runs "
                 f"{self.implementation!r}. Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
             )
-        self.quantization = _enabled(quantization)
+        self.quantization = enabled_quantization(quantization)
         check_storage(policy, layout, self.quantization, model.config)
         self._entered = False
         self._guard = self._layout_guard()
@@ -438,10 +384,10 @@ class KVCompressor:
         if module.layer_idx == 0:
             self.record = PrefillRecord(prompt_length=length)
             self._pending = []
-        if module.layer_idx in self.windowed:
+        if module.layer_idx in self.windowed and self.policy.evicts:
             self._keep_sliding_layer(module.layer_idx, layer_cache)
             return
-        if type(layer_cache) is not DynamicLayer:
+        if type(layer_cache) is not DynamicLayer and module.layer_idx not in self.windowed:
             raise NotImplementedError(
                 f"eviction supports transformers' DynamicCache layers only; layer {module.layer_idx} uses "
                 f"{type(layer_cache).__name__}"
@@ -500,8 +446,11 @@ class KVCompressor:
     def _store(
         self, cache: Cache, layer_cache: DynamicLayer, inputs: LayerInputs, queries: torch.Tensor, selection: Any
     ) -> None:
-        """Replace the layer's cache by what ``selection`` keeps, and record it."""
+        """Replace the layer's cache by what ``selection`` keeps, and record it (a sliding-window layer: as it is)."""
         layer = inputs.layer
+        if layer in self.windowed:  # a policy that keeps everything (an observer) was shown it
+            self._keep_sliding_layer(layer, layer_cache)
+            return
         self.record.indices.append(selection)
         evicted = getattr(self._forward, "evicted", None)
         if evicted is not None:

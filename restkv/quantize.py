@@ -199,3 +199,13 @@ def quantized_bytes(layer: QuantizedLayer) -> tuple[int, int]:
     if torch.is_tensor(layer.keys) and layer.keys.dim() == 4:
         residual = _nbytes(layer.keys) + _nbytes(layer.values)
     return quantized, residual
+
+
+def enabled_quantization(quantization: Quantization | None) -> Quantization | None:
+    """``quantization`` when it stores anything quantized, else None; anything but a `Quantization` is refused."""
+    if quantization is not None and not isinstance(quantization, Quantization):
+        raise TypeError(
+            f"compress(quantization=...) takes a restkv.Quantization, e.g. Quantization(backend='hqq', nbits=4); "
+            f"got {quantization!r}"
+        )
+    return quantization if quantization is not None and quantization.enabled else None

@@ -191,6 +191,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
             require_kvpress()
         except KVPressMissing as error:
             return f"--policies kvpress: {error}"
+    if args.no_quant and args.quant_group_size != 64:
+        return f"--quant-group-size {args.quant_group_size} applies to the quantization table: add --quant (or --all)"
     if not args.no_quant:
         from omegaconf import OmegaConf
         from transformers import AutoConfig

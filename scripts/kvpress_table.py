@@ -33,7 +33,7 @@ def rows() -> list[tuple[str, str, str]]:
         kind = "per-head budgets (kvpress masks them; here they are evicted)" if name in HEADWISE else "its selection"
         table[name] = ("yes", f"wraps `policy.inner=<a scorer press>`; {kind}; settings: {settings_text(settings)}")
     for name, settings in OWN_SELECTION.items():
-        table[name] = ("yes", f"its own per-layer budgets (`policy.beta`); settings: {settings_text(settings)}")
+        table[name] = ("yes", f"its own per-layer budgets; settings: {settings_text(settings)} (its `beta`)")
     for name, reason in REFUSED.items():
         table[name] = ("no", reason[0].upper() + reason[1:])
     return [(name, *table[name]) for name in sorted(table, key=str.lower)]

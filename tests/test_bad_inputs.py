@@ -188,4 +188,5 @@ def test_metrics_of_a_run_with_allowed_skips_say_what_was_skipped(tmp_path: Path
     (metrics,) = out.rglob("metrics.json")
     strict = json.loads(metrics.read_text(), parse_constant=lambda c: pytest.fail(f"metrics.json holds {c}"))
     assert "squad" in strict["skipped"]["qa_1"]
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("note: skipped qa_1")
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
+    assert notes[-2].startswith("note: skipped qa_1") and "random weights" in notes[-1]  # then the model's own note

@@ -99,7 +99,11 @@ def test_a_hub_model_that_cannot_be_had_is_refused_at_once(tmp_path):
 def test_ctrl_c_ends_with_one_line_saying_what_is_saved_and_how_to_resume(tmp_path):
     """Ctrl-C printed a 129-line KeyboardInterrupt traceback and did not say that the same command resumes."""
     command = [sys.executable, "eval/run.py", "bench=micro", "bench.lengths=[2048]", "limit=40", f"out_dir={tmp_path}"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell running the tests in the background ignores SIGINT, and children inherit that: restore it
+    restore = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=restore
+    )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and not any(p.stat().st_size for p in tmp_path.rglob("predictions.jsonl")):
         time.sleep(0.05)
@@ -140,22 +144,21 @@ def test_every_policy_class_is_importable_from_restkv():
         assert cls.__name__ in dir(restkv)
 
 
-def test_library_chatter_stays_out_of_a_runs_output(capsys):
-    """rouge_score's absl logger printed "Using default tokenizer." on stdout in every LongBench/NIAH run."""
-    import logging.config
+def test_library_chatter_stays_out_of_a_runs_output():
+    """rouge_score's absl logger printed "Using default tokenizer." on stdout in every LongBench/NIAH run.
 
-    import yaml
-
-    settings = yaml.safe_load((ROOT / "configs" / "hydra" / "job_logging" / "restkv.yaml").read_text())
-    logging.config.dictConfig(settings)
-    try:
-        from rouge_score import rouge_scorer
-
-        rouge_scorer.RougeScorer(["rougeL"])
-        logging.getLogger("restkv.test").info("the run's own line")
-    finally:
-        logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
-    assert capsys.readouterr().out == "the run's own line\n"
+    Run in a process of its own: logging configured the way a run configures it must not outlive the test.
+    """
+    script = (
+        "import logging.config, yaml\n"
+        f"logging.config.dictConfig(yaml.safe_load(open({str(ROOT / 'configs/hydra/job_logging/restkv.yaml')!r})))\n"
+        "from rouge_score import rouge_scorer\n"
+        "rouge_scorer.RougeScorer(['rougeL'])\n"
+        "logging.getLogger('restkv.test').info(\"the run's own line\")\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "the run's own line\n"
 
 
 def test_the_niah_heatmap_title_reads_in_the_tables_unit():

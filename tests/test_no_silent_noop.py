@@ -66,7 +66,7 @@ def test_generate_whose_eviction_hook_never_fires_raises(make_model, hooks_never
 def test_attention_that_bypasses_the_attention_interface_raises(make_model, monkeypatch) -> None:
     """A release whose attention does not go through AttentionInterface: no query is ever captured."""
     model = make_model()
-    monkeypatch.setattr(KVCompressor, "_capture", lambda self, module, query: None)
+    monkeypatch.setattr(KVCompressor, "_capture", lambda self, module, query, softcap=None: None)
     with (
         torch.no_grad(),
         compress(model, SnapKV(window=WINDOW), BUDGET),

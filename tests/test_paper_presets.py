@@ -46,6 +46,7 @@ AUTHORS_MODELS = {
     "llama-2-7b-chat": ("meta-llama/Llama-2-7b-chat-hf", 3950),
     "mistral-7b-instruct-v0.3": ("mistralai/Mistral-7B-Instruct-v0.3", 31500),
     "qwen2.5-7b-instruct": ("Qwen/Qwen2.5-7B-Instruct", 127000),
+    "gemma-7b-it": ("google/gemma-7b-it", 7950),
 }
 
 # Every evicting policy: window 32 (--window_size 32 / the needle script's 32), one selection per query
@@ -174,6 +175,9 @@ EXPECTED: dict[str, Preset] = {
         ["full", "streamingllm", "snapkv", "restkv"],
         [64, 512],
         bench_settings=LONGBENCH,
+    ),
+    "longbench_gemma": Preset(
+        "gemma-7b-it", "longbench", ["full", "streamingllm", "snapkv", "restkv"], [64, 512], bench_settings=LONGBENCH
     ),
     "ablation_llama3": Preset(
         LLAMA31,

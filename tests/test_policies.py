@@ -30,7 +30,9 @@ def test_registry_knows_every_policy() -> None:
     assert policy_names() == [
         "adakv",
         "cam",
+        "caote",
         "criticalkv",
+        "defensivekv",
         "full",
         "h2o",
         "headkv",
@@ -48,7 +50,8 @@ def test_registry_knows_every_policy() -> None:
 
 
 def test_registry_errors_name_the_value_and_the_choices() -> None:
-    with pytest.raises(ValueError, match="unknown policy 'snap'; registered policies: adakv, cam, criticalkv, full"):
+    registered = "adakv, cam, caote, criticalkv, defensivekv, full"
+    with pytest.raises(ValueError, match=f"unknown policy 'snap'; registered policies: {registered}"):
         get_policy("snap")
     with pytest.raises(
         ValueError, match="policy 'snapkv' has no knob colour; its knobs: allocation, allocation_normalize, alpha, beta"

@@ -498,11 +498,14 @@ def test_latency_budgets_above_the_context_are_noted():
         (["scripts/compare_policies.py", "--policies", "snapkv", "nope"], "--policies: unknown nope; known: "),
         pytest.param(["scripts/compare_policies.py", "--policies", "kvpress"], "--policies kvpress: ",
                      marks=pytest.mark.skipif(bool(importlib.util.find_spec("kvpress")), reason="kvpress installed")),
-        (["scripts/compare_policies.py", "--quant-group-size", "7"],
+        (["scripts/compare_policies.py", "--quant", "--quant-group-size", "7"],
          "--quant-group-size 7 must divide the model's key/value row (64 = kv heads x head_dim)"),
+        (["scripts/compare_policies.py", "--quant-group-size", "32"],
+         "--quant-group-size 32 applies to the quantization table: add --quant (or --all)"),
     ],
     ids=["n_jobs", "latency-contexts", "longbench-offline", "parent-is-a-file", "figures-out", "compare-policy",
-         "compare-kvpress-missing", "compare-group"],
+         "compare-kvpress-missing", "compare-group",
+         "compare-group-without-table"],
 )  # fmt: skip
 def test_command_line_refusals_are_one_line_exit_two(tmp_path, command, says):
     import subprocess

@@ -136,7 +136,7 @@ def test_official_join_keeps_empty_pieces() -> None:
 
 
 def test_too_short_says_whether_exact_filling_would_fit(tokenizer) -> None:
-    with pytest.raises(ValueError, match=r"never drops below 500 haystack units, bench\.fit=exact fits"):
+    with pytest.raises(ValueError, match=r"never drops below 500 haystack units: bench\.fit=exact fits"):
         generate("niah_single_2", tokenizer, 600, 1, seed=0)
     with pytest.raises(ValueError, match=r"bench\.fit=exact does not fit either"):
         generate("cwe", tokenizer, 512, 1, seed=0)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from restkv.choices import PROTOCOLS as PROTOCOLS  # re-exported
 from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.prompting import PromptTokens
-from restkv.eval.harness.choices import PROTOCOLS as PROTOCOLS  # re-exported
 from restkv.graphs import DECODE_PATHS, decode_static, static_form
 from restkv.integrate import KVCompressor
 

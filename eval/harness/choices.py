@@ -3,7 +3,7 @@ checked against them before any heavy import."""
 
 from __future__ import annotations
 
-PROTOCOLS = ("query_aware", "query_agnostic")
-"""Where the question goes: inside the compressed prompt (the paper's protocol), or after eviction."""
+from restkv.choices import PROTOCOLS as PROTOCOLS  # re-exported: the library's evaluation code names them too
+
 ON_CHANGE = ("refuse", "new_folder", "adopt")
 """What a run does when its folder holds another experiment (see `restkv.eval.harness.identity`)."""

@@ -67,7 +67,7 @@ WRAPPERS: dict[str, tuple[str, ...]] = {
 }
 """Presses that wrap a scorer press (``policy.inner``, one of `SUPPORTED`) and the settings each takes."""
 
-OWN_SELECTION = {"PyramidKVPress": ("window_size", "kernel_size")}
+OWN_SELECTION = {"PyramidKVPress": ("window_size", "kernel_size", "pyramid_beta")}
 """Presses that are not wrappers but choose what to keep in their own ``compress`` (PyramidKV's layer budgets)."""
 
 SCORED_WRAPPERS = ("CriticalKVPress",)
@@ -176,6 +176,7 @@ class KVPressPolicy(Policy):
     chunk_length: int | None = None
     low_entropy_chunk_length: int | None = None
     block_size: int | None = None
+    pyramid_beta: float | None = None
 
     allows_allocation: ClassVar[bool] = False  # the press selects per key/value head itself (see `select`)
 
@@ -246,7 +247,7 @@ class KVPressPolicy(Policy):
         if self.press in OWN_SELECTION and self.stages.schedule.varies_by_layer:
             raise ValueError(
                 f"KVPressPolicy.{self.stages.schedule.setting} is not allowed with {self.press}: it sets its own "
-                "per-layer budgets (policy.beta is its beta)"
+                "per-layer budgets (policy.pyramid_beta is its beta)"
             )
         scorer = self._split_settings()[1]
         takes = SUPPORTED.get(self.scorer) or OWN_SELECTION.get(self.scorer, ())
@@ -268,8 +269,8 @@ class KVPressPolicy(Policy):
         """The kvpress press with these settings and ``compression_ratio=ratio`` (a wrapper around its inner press)."""
         kvpress = require_kvpress()
         wrapper, scorer = self._split_settings()
-        if self.press == "PyramidKVPress":
-            scorer = {**scorer, "beta": self.beta}
+        if "pyramid_beta" in scorer:  # PyramidKVPress's own beta (ours, policy.beta, drives policy.schedule)
+            scorer = {**{k: v for k, v in scorer.items() if k != "pyramid_beta"}, "beta": scorer["pyramid_beta"]}
         press = _built(kvpress, self.scorer, scorer, compression_ratio=ratio)
         return press if self.inner is None else _built(kvpress, self.press, wrapper, press=press)
 

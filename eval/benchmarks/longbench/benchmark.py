@@ -2,21 +2,19 @@
 
 Tasks, prompts, generation lengths and metrics
     The per-task prompt templates and maximum new tokens are those of the official
-    ``LongBench/config/dataset2prompt.json`` and ``dataset2maxlen.json`` (THUDM/LongBench),
-    reproduced character for character, typos included ("asconcisely"). The ReST-KV authors'
-    ``run_longbench.py`` carries identical copies of both tables. The metric per task is the one
-    of the official ``eval.py`` (``dataset2metric``), computed by :mod:`restkv.eval.benchmarks.longbench.metrics`; the
-    official first-line clean-up of trec/triviaqa/samsum/lsht predictions is applied before
-    scoring. A task's score is the mean over its samples of the best score over its references
-    (x100); the headline number is the unweighted mean of the 16 English task scores.
+    ``LongBench/config/dataset2prompt.json`` and ``dataset2maxlen.json`` (THUDM/LongBench), reproduced character for
+    character, typos included ("asconcisely"). The ReST-KV authors' ``run_longbench.py`` carries identical copies of
+    both tables. The metric per task is the one of the official ``eval.py`` (``dataset2metric``), computed by
+    :mod:`restkv.eval.benchmarks.longbench.metrics`; the official first-line clean-up of trec/triviaqa/samsum/lsht
+    predictions is applied before scoring. A task's score is the mean over its samples of the best score over its
+    references (x100); the headline number is the unweighted mean of the 16 English task scores.
 
 Context / question split
-    The official prompt is ``template.format(**record)``. The template is cut at ``{context}``:
-    ``Sample.context`` is the template head plus the record's context (the part compressed alone
-    by the ``query_agnostic`` protocol and cut from the middle when too long); ``Sample.question``
-    is the rest of the template with ``{input}`` filled in. ``context + question`` is exactly the
-    official prompt; ``answer_prefix`` is empty (the templates end with their own cue, such as
-    ``"Answer:"``).
+    The official prompt is ``template.format(**record)``. The template is cut at ``{context}``: ``Sample.context``
+    is the template head plus the record's context (the part compressed alone by the ``query_agnostic`` protocol and
+    cut from the middle when too long); ``Sample.question`` is the rest of the template with ``{input}`` filled in.
+    ``context + question`` is exactly the official prompt; ``answer_prefix`` is empty (the templates end with their
+    own cue, such as ``"Answer:"``).
 
 Chat template (``chat_template`` knob)
     * ``authors`` (default): what the ReST-KV authors ran, hence what reproduces the paper's
@@ -36,33 +34,29 @@ Chat template (``chat_template`` knob)
     The chat template itself is applied by :mod:`restkv.eval.evaluation.prompting` when the model config has
     ``chat_template: true``; this module only sets ``Sample.chat_template`` per sample.
 
-    Official ``pred.py`` also stops samsum generation at the first newline token; the authors do
-    not, and neither does this harness (the first-line clean-up makes the score the same unless the
-    answer starts with a newline).
+    Official ``pred.py`` also stops samsum generation at the first newline token; the authors do not, and neither
+    does this harness (the first-line clean-up makes the score the same unless the answer starts with a newline).
 
 Truncation (done by :mod:`restkv.eval.evaluation.prompting`)
-    As official LongBench and the authors do, a prompt of more than ``model.max_context`` tokens
-    keeps its first and last ``max_context // 2`` tokens, with no room reserved for the answer
-    (official LongBench cuts before adding its chat wrapper, the authors after their ``[INST]``
-    wrapper; here the cut is made on the final prompt, chat template included). The cut is made
-    on token ids (the authors decode the halves and tokenize again).
+    As official LongBench and the authors do, a prompt of more than ``model.max_context`` tokens keeps its first and
+    last ``max_context // 2`` tokens, with no room reserved for the answer (official LongBench cuts before adding
+    its chat wrapper, the authors after their ``[INST]`` wrapper; here the cut is made on the final prompt, chat
+    template included). The cut is made on token ids (the authors decode the halves and tokenize again).
 
 Data
-    One JSON-lines file per task, named as in the official ``data.zip`` (``<task>.jsonl``;
-    LongBench-E: ``<task>_e.jsonl``), read from ``data_dir`` (default ``data/LongBench``, fetched by
-    ``python scripts/download_data.py longbench longbench_e``). When a file is missing and
-    ``hub`` is true and the Hugging Face hub answers, the official ``data.zip`` of
-    ``THUDM/LongBench`` is downloaded with ``huggingface_hub`` and the file read from it
-    (``datasets`` >= 4 no longer runs the repository's loading script, so the archive is read
-    directly). Each line must have the official fields; the ones used are checked:
-    ``input`` (str), ``context`` (str), ``answers`` (list of str), ``length`` (int),
-    ``all_classes`` (list of str or null; a list for trec/lsht) and ``_id`` (str); ``dataset``
-    and ``language`` are kept in the sample metadata when present.
+    One JSON-lines file per task, named as in the official ``data.zip`` (``<task>.jsonl``; LongBench-E:
+    ``<task>_e.jsonl``), read from ``data_dir`` (default ``data/LongBench``, fetched by ``python
+    scripts/download_data.py longbench longbench_e``). When a file is missing and ``hub`` is true and the Hugging
+    Face hub answers, the official ``data.zip`` of ``THUDM/LongBench`` is downloaded with ``huggingface_hub`` and
+    the file read from it (``datasets`` >= 4 no longer runs the repository's loading script, so the archive is read
+    directly). Each line must have the official fields; the ones used are checked: ``input`` (str), ``context``
+    (str), ``answers`` (list of str), ``length`` (int), ``all_classes`` (list of str or null; a list for trec/lsht)
+    and ``_id`` (str); ``dataset`` and ``language`` are kept in the sample metadata when present.
 
 LongBench-E (``longbench_e: true``)
-    The 13 tasks with a more uniform length distribution; scored like LongBench, and
-    ``metrics.json`` also gets each task's score in the official length buckets of the ``length``
-    field (0-4k: < 4000, 4-8k: < 8000, 8k+), and the average over tasks per bucket.
+    The 13 tasks with a more uniform length distribution; scored like LongBench, and ``metrics.json`` also gets each
+    task's score in the official length buckets of the ``length`` field (0-4k: < 4000, 4-8k: < 8000, 8k+), and the
+    average over tasks per bucket.
 
 Bad input raises before anything is generated, so a run folder's finished predictions are never
 touched: a malformed line or a missing/mistyped field raises
@@ -369,25 +363,23 @@ class LongBenchBenchmark:
 
     # ---------------------------------------------------------------- loading
 
+    @property
+    def _files(self) -> dict[str, Any]:
+        """Where the task files are, as `check_task_files` and `load_task_files` take it."""
+        name = "LongBench-E" if self.longbench_e else "LongBench"
+        return {"benchmark": name, "dataset": self.variant}
+
     def check_data(self) -> None:
         """Missing task files the hub cannot supply, refused before any model loads."""
-        check_task_files(
-            self.tasks, resolve_path(self.data_dir), self.file_name, hub=self.hub,
-            benchmark="LongBench-E" if self.longbench_e else "LongBench", dataset=self.variant,
-        )  # fmt: skip
+        check_task_files(self.tasks, resolve_path(self.data_dir), self.file_name, hub=self.hub, **self._files)
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
         wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)
         archive = _Archive() if self.hub else None
         try:
+            samples = lambda task, source: self._task_samples(task, source, wrap_inst)  # noqa: E731
             return load_task_files(
-                self.tasks,
-                resolve_path(self.data_dir),
-                self.file_name,
-                lambda task, source: self._task_samples(task, source, wrap_inst),
-                fallback=archive,
-                benchmark="LongBench-E" if self.longbench_e else "LongBench",
-                dataset=self.variant,
+                self.tasks, resolve_path(self.data_dir), self.file_name, samples, fallback=archive, **self._files
             )
         finally:
             if archive is not None:
