@@ -213,7 +213,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def main() -> None:
+def parse_arguments() -> argparse.Namespace:
+    """The command line, checked (`argument_problem`) and completed with the bench's defaults."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="micro-llama")
     parser.add_argument("--policies", nargs="+", default=None, help="default: DEFAULT_POLICIES (--all: every one)")
@@ -241,6 +242,11 @@ def main() -> None:
         parser.error(problem)
     args.tasks = args.tasks or DEFAULT_TASKS[args.bench]
     args.samples = DEFAULT_SAMPLES[args.bench] if args.samples is None else args.samples
+    return args
+
+
+def main() -> None:
+    args = parse_arguments()
     PROGRESS.total = planned_runs(args)
 
     accuracy: dict[tuple[str, str], float] = {}
