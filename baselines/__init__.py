@@ -20,6 +20,7 @@ from restkv.baselines.knorm import KNorm
 from restkv.baselines.l2norm import L2Norm
 from restkv.baselines.pyramidkv import PyramidKV
 from restkv.baselines.random_eviction import RandomEviction
+from restkv.baselines.rkv import RKV
 from restkv.baselines.snapkv import SnapKV
 from restkv.baselines.streamingllm import StreamingLLM
 from restkv.baselines.tova import TOVA
@@ -31,6 +32,7 @@ __all__ = [
     "CAM",
     "CAOTE",
     "H2O",
+    "RKV",
     "TOVA",
     "AdaKV",
     "CriticalKV",

@@ -91,6 +91,8 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
             return original(module, query, key, value, *args, **kwargs)
         if query.shape[2] > 1:
             compressor._capture(module, query, kwargs.get("softcap"))
+        elif compressor.active and compressor.decoder is not None:  # the decode-time observation window
+            compressor.decoder.observe(module.layer_idx, query)
         layout = layout_of(key)
         if isinstance(layout, VarlenLayer):
             return varlen_attention(module, query, layout, compressor.varlen_kernel, **kwargs)

@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -61,13 +61,15 @@ from restkv.cache import (
     support_cache_keyword,
 )
 from restkv.checks import check_choice, check_finite_cache
+from restkv.decode_eviction import DecodeEviction, DecodeEvictor, check_decode_eviction
 from restkv.devices import synchronize
-from restkv.layouts import LAYOUTS, LayerSize, layer_size
+from restkv.layouts import LAYOUTS, layer_size, store
 from restkv.models import SUPPORTED_MODELS as SUPPORTED_MODELS  # re-exported
 from restkv.models import attention_layers as attention_layers  # re-exported
-from restkv.models import check_layers
+from restkv.models import check_attention, check_layers
 from restkv.policy import LayerInputs, Policy
 from restkv.quantize import Quantization, enabled_quantization
+from restkv.record import PrefillRecord as PrefillRecord  # re-exported
 from restkv.scoring import output_gram
 from restkv.select import Budget
 from restkv.storage import check_storage, stored_layer
@@ -84,36 +86,6 @@ compression); ``gemm``: on CPU, `restkv.decode.decode_attention` (the same atten
 two GEMMs per key/value head, which reads the cache at memory bandwidth)."""
 
 support_cache_keyword(SUPPORTED_MODELS)
-
-
-@dataclass
-class PrefillRecord:
-    """What the last prefill under compression did.
-
-    Per layer: ``kept``, the tokens each head keeps (the mean over heads, rounded to 2 decimals,
-    where heads keep different numbers); ``head_lengths``, each stored head's count under a
-    head-wise allocation (None where all heads keep ``kept``); ``indices``, the kept positions
-    (``[b, heads, kept]``, a `restkv.allocation.HeadSelection` for head-wise ones, None where the
-    layer was not compressed); ``sizes``, the cache's logical and allocated size after eviction
-    (`restkv.layouts.LayerSize`, decode reserve included in the allocated bytes).
-    """
-
-    prompt_length: int = 0
-    kept: list[int | float] = field(default_factory=list)
-    head_lengths: list[list[int] | None] = field(default_factory=list)
-    indices: list[torch.Tensor | HeadSelection | None] = field(default_factory=list)
-    sizes: list[LayerSize] = field(default_factory=list)
-    eviction_seconds: float | None = None
-    """Device time of eviction over all layers; None unless the compressor is ``timed``."""
-
-    def size_summary(self) -> dict[str, Any]:
-        """Totals over layers and the per-layer sizes, for result files."""
-        return {
-            "head_tokens": sum(s.head_tokens for s in self.sizes),
-            "logical_bytes": sum(s.logical_bytes for s in self.sizes),
-            "allocated_bytes": sum(s.allocated_bytes for s in self.sizes),
-            "per_layer": [s.as_dict() for s in self.sizes],
-        }
 
 
 class KVCompressor:
@@ -162,6 +134,8 @@ class KVCompressor:
         layout: str = "auto",
         varlen_kernel: str = "auto",
         quantization: Quantization | None = None,
+        decode_eviction: DecodeEviction | None = None,
+        trace_decode: bool = False,
     ) -> None:
         self.model = model
         self.policy = policy
@@ -178,19 +152,12 @@ class KVCompressor:
         self.layers = attention_layers(model)
         self.windowed = windowed_layers(self.layers, model.config)  # sliding-window layers, left whole
         self._last_evicted = check_layers(model, self.layers, self.windowed, policy)
-        self.implementation = model.config._attn_implementation
-        if self.implementation not in SUPPORTED_ATTENTION:
-            raise ValueError(
-                f"attention implementation {self.implementation!r} is not supported; "
-                f"supported: {', '.join(SUPPORTED_ATTENTION)}"
-            )
-        if layout == "masked" and self.implementation not in ("eager", "sdpa"):
-            raise ValueError(
-                f"layout='masked' needs a masked attention kernel (eager or sdpa); the model runs "
-                f"{self.implementation!r}. Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
-            )
+        self.implementation = check_attention(model.config._attn_implementation, layout, SUPPORTED_ATTENTION)
         self.quantization = enabled_quantization(quantization)
         check_storage(policy, layout, self.quantization, model.config)
+        if decode_eviction is not None:
+            check_decode_eviction(policy, decode_eviction, layout, self.quantization)
+        self.decoder = None if decode_eviction is None else DecodeEvictor(decode_eviction, policy.window, trace_decode)
         self._entered = False
         self._guard = self._layout_guard()
         attention = type(self.layers[0])
@@ -363,6 +330,9 @@ class KVCompressor:
 
     def _after_attention(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if not self._owns_prefill():
+            if self.decoder is not None and self.active and module.layer_idx not in self.windowed:
+                with torch.no_grad():
+                    self._decode_step(module, kwargs)
             return  # a decoding step, a paused prefill, or another thread's forward: nothing captured here
         try:
             self._evict_layer(module, kwargs)
@@ -372,6 +342,21 @@ class KVCompressor:
         if module.layer_idx == len(self.layers) - 1:
             self._end_prefill()
 
+    def _decode_step(self, module: nn.Module, kwargs: dict) -> None:
+        """After a decoding step's attention: cut the layer when `restkv.decode_eviction` says it is due."""
+        cache = passed_cache(module, kwargs, self._cache_keyword)
+        if not isinstance(cache, Cache):
+            return
+        layer, layer_cache = module.layer_idx, cache.layers[module.layer_idx]
+        length = layer_cache.get_seq_length()
+        inputs = lambda queries: self._layer_inputs(module, layer_cache, queries, self.decoder.softcaps.get(layer))  # noqa: E731
+        selection = self.decoder.step(layer, length, inputs, self.policy)
+        if selection is not None:
+            keys, values = layer_cache.keys, layer_cache.values
+            cache.layers[layer] = store(layer_cache, keys, values, selection, "auto", self.decoder.eviction.interval)
+        if layer == self._last_evicted:
+            self.decoder.end_step([entry.get_seq_length() for entry in cache.layers])
+
     def _evict_layer(self, module: nn.Module, kwargs: dict) -> None:
         captured = self._captured.pop(module.layer_idx, None)
         cache = passed_cache(module, kwargs, self._cache_keyword)
@@ -379,7 +364,11 @@ class KVCompressor:
             return
         queries, length, softcap = captured
         layer_cache = cache.layers[module.layer_idx]
-        if layer_cache.get_seq_length() != length:
+        fresh = layer_cache.get_seq_length() == length
+        if self.decoder is not None:  # the decode-time window starts with the prompt's last queries
+            self.decoder.start() if fresh and module.layer_idx == 0 else None
+            self.decoder.observe(module.layer_idx, queries, softcap)
+        if not fresh:
             return  # not a prefill from an empty cache: tokens appended after eviction
         if module.layer_idx == 0:
             self.record = PrefillRecord(prompt_length=length)
@@ -405,6 +394,22 @@ class KVCompressor:
         synchronize(queries.device)
         self.record.eviction_seconds = (self.record.eviction_seconds or 0.0) + time.perf_counter() - start
 
+    def _layer_inputs(
+        self, module: nn.Module, layer_cache: DynamicLayer, queries: torch.Tensor, softcap: float | None
+    ) -> LayerInputs:
+        """What the policy sees of ``module``'s layer: ``queries`` and the layer's whole cache."""
+        return LayerInputs(
+            queries=queries,
+            keys=layer_cache.keys,
+            values=layer_cache.values,
+            layer=module.layer_idx,
+            num_layers=len(self.layers),
+            scaling=getattr(module, "scaling", None),
+            output_gram=(lambda: self._gram(module)) if self.policy.needs_output_gram else None,
+            output_weight=lambda: module.o_proj.weight,
+            softcap=softcap,
+        )
+
     def _keep_sliding_layer(self, layer: int, layer_cache: DynamicLayer) -> None:
         """Record a sliding-window layer as handled: its cache, which holds its window only, stays as it is."""
         self.record.indices.append(None)
@@ -420,17 +425,10 @@ class KVCompressor:
         keys, values = layer_cache.keys, layer_cache.values
         if self.policy.evicts:
             check_finite_cache(layer, keys, values)
-        inputs = LayerInputs(
-            queries=queries,
-            keys=keys,
-            values=values,
-            layer=layer,
-            num_layers=len(self.layers),
-            scaling=getattr(module, "scaling", None),
-            output_gram=(lambda: self._gram(module)) if self.policy.needs_output_gram else None,
-            output_weight=lambda: module.o_proj.weight,
-            softcap=softcap,
-        )
+        inputs = self._layer_inputs(module, layer_cache, queries, softcap)
+        if self.decoder is not None and not self.decoder.eviction.evicts_prefill:
+            self._store(cache, layer_cache, inputs, queries, None)  # phase='decode': the prompt stays whole
+            return
         if not self.policy.stages.allocation.across_layers:
             self._store(cache, layer_cache, inputs, queries, self.policy.select(inputs, self.budget))
             return
@@ -461,6 +459,8 @@ class KVCompressor:
         )
         cache.layers[layer] = stored
         self._note(stored, selection, inputs.length, pruned)
+        if self.decoder is not None:
+            self.decoder.after_prefill(layer, selection, inputs.length, inputs.keys.shape[1], inputs.keys.device)
 
     def _note(self, stored: DynamicLayer, selection: Any, prompt_length: int, pruned_bytes: int = 0) -> None:
         """Record what a layer kept and what its cache costs."""

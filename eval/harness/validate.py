@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from restkv.budget import Budget
-from restkv.choices import DECODE_PATHS, LAYOUTS
+from restkv.choices import DECODE_PATHS, LAYOUTS, PHASES
 from restkv.eval.harness.choices import ON_CHANGE, PROTOCOLS
 
 
@@ -154,7 +154,30 @@ def check_decode_batch(value: Any) -> None:
         raise ValueError(f"decode_batch={value!r} is not allowed; use auto or an integer >= 1 (1: one prompt a step)")
 
 
+COMPRESSION_KEYS = ("phase", "decode_budget", "decode_interval")
+
+
+def check_compression(value: Any) -> None:
+    """``compression``: when eviction happens (``phase``) and the decode-time budget and interval."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ValueError(f"compression={value!r} is not allowed; set compression.phase, compression.decode_budget ...")
+    for key in value:
+        if key not in COMPRESSION_KEYS:
+            allowed = ", ".join(COMPRESSION_KEYS)
+            raise ValueError(f"compression.{key} is not a setting; allowed: {allowed}{suggest(key, COMPRESSION_KEYS)}")
+    _one_of("compression.phase", PHASES)(value.get("phase", "prefill"))
+    for key, optional in (("decode_budget", True), ("decode_interval", False)):
+        number = value.get(key, None if optional else 32)
+        if number is None and optional:
+            continue
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise ValueError(f"compression.{key}={number!r} is not allowed; it must be an integer >= 1")
+
+
 RUN_KEY_CHECKS: dict[str, Callable[[Any], object]] = {
+    "compression": check_compression,
     "budget": check_budget,
     "protocol": _one_of("protocol", PROTOCOLS),
     "layout": _one_of("layout", LAYOUTS),
