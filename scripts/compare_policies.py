@@ -16,6 +16,7 @@ agreement and KL tables (policies x budgets) and saves a plot of accuracy agains
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,8 @@ def run(bench: str, policy: str, budget: str, args: argparse.Namespace, extra: t
     PROGRESS.announce(f"{policy} @ {budget} on {bench}" + (f" ({', '.join(extra)})" if extra else ""))
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=overrides)
-    hashed = [o for o in overrides if o.startswith(("bench.", "bench@", "evaluation.", "protocol=", "quantization"))]
+    kinds = ("bench.", "bench@", "evaluation.", "protocol=", "quantization", "compression.")
+    hashed = [o for o in overrides if o.startswith(kinds)]
     summary = run_benchmark(cfg, RunSettings(bench, args.model, policy, overrides=hashed, out_dir=Path(args.out)))
     summary["folder"] = run_folder(Path(args.out), bench, args.model, policy, str(budget), hashed)
     return summary
@@ -234,6 +236,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--quant-bits", nargs="+", default=QUANT_BITS, help="its rows; 16 = unquantized")
     parser.add_argument("--quant-group-size", type=int, default=64, help="must divide kv heads x head_dim")
     parser.add_argument("--no-quant", action="store_true", help="skip the quantization table (even with --all)")
+    parser.add_argument("--phases", action="store_true", help="add decode-time eviction next to prefill-only")
+    parser.add_argument("--phase-policies", nargs="+", default=["snapkv", "restkv", "rkv"], help="its rows")
+    parser.add_argument("--phase-interval", type=int, default=8, help="compression.decode_interval of its runs")
     args = parser.parse_args()
     args.policies = args.policies or (POLICIES if args.all else DEFAULT_POLICIES)
     args.no_quant = args.no_quant or not (args.all or args.quant)
@@ -282,6 +287,8 @@ def main() -> None:
     print(f"\nplot: {figure}")
     if not args.no_quant:
         quantization_table(args, title)
+    if args.phases:
+        phase_table(args, title)
 
 
 def planned_runs(args: argparse.Namespace) -> int:
@@ -290,7 +297,7 @@ def planned_runs(args: argparse.Namespace) -> int:
     accuracy = evicting * len(args.budgets) + ("full" in args.policies)
     fidelity = 0 if args.no_fidelity else evicting * len(args.budgets)
     quantized = 0 if args.no_quant else len(args.quant_bits) * len(args.budgets) * (1 if args.no_fidelity else 2)
-    return accuracy + fidelity + quantized
+    return accuracy + fidelity + quantized + (2 * len(args.phase_policies) * len(args.budgets) if args.phases else 0)
 
 
 def print_fidelity_and_cache(args: argparse.Namespace, agreement: dict, kl: dict, cache: dict) -> None:
@@ -329,6 +336,43 @@ def quantization_table(args: argparse.Namespace, title: str) -> None:
         print(format_grid(rows, args.budgets, kl, digits=4))
     print("\ncache after eviction: KiB stored (quantized part, scales and full-precision residual), mean per prompt")
     print(format_grid(rows, args.budgets, stored, digits=1))
+
+
+def mean_answer_length(folder: Path) -> float:
+    """Mean generated tokens per answer in a run folder."""
+    records = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line.strip()]
+    return sum(r.get("new_tokens", 0) for r in records) / max(len(records), 1)
+
+
+def phase_table(args: argparse.Namespace, title: str) -> None:
+    """Each of ``--phase-policies`` evicting during decoding (``compression.phase=decode``, each budget as the
+    decode budget) next to the same policy evicting at the end of the prompt, paired on the same prompts."""
+    accuracy: dict[tuple[str, str], float] = {}
+    lengths: dict[tuple[str, str], float] = {}
+    paired: dict[tuple[str, str], Interval] = {}
+    for policy in args.phase_policies:
+        for budget in args.budgets:
+            decode = (
+                "compression.phase=decode",
+                f"compression.decode_budget={budget}",
+                f"compression.decode_interval={args.phase_interval}",
+            )
+            runs = {
+                "prefill": run(args.bench, policy, budget, args),
+                "decode": run(args.bench, policy, budget, args, decode),
+            }
+            for phase, summary in runs.items():
+                accuracy[(f"{policy} {phase}", budget)] = summary["average"]
+                lengths[(f"{policy} {phase}", budget)] = mean_answer_length(summary["folder"])
+            scores = {phase: folder_scores(summary["folder"]) for phase, summary in runs.items()}
+            paired[(policy, budget)] = paired_difference(scores["decode"], scores["prefill"])
+    rows = [f"{p} {phase}" for p in args.phase_policies for phase in ("prefill", "decode")]
+    print(f"\neviction during decoding (interval {args.phase_interval}) or at the prompt's end: accuracy (%) - {title}")
+    print(format_grid(rows, args.budgets, accuracy))
+    print("\ndecode-time minus prefill-only (points), paired bootstrap over the same prompts (95 %)")
+    print(interval_grid(args.phase_policies, args.budgets, paired))
+    print("\nmean answer length (generated tokens)")
+    print(format_grid(rows, args.budgets, lengths, digits=1))
 
 
 if __name__ == "__main__":

@@ -78,3 +78,19 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
     assert sorted(policies) == ["restkv", "streamingllm"] and budgets == ["64", "128"]
     table = format_grid(policies, budgets, grid)
     assert table.splitlines()[0].split() == ["policy", "64", "128"]
+
+
+def test_the_phase_table_pairs_decode_time_with_prefill_eviction(tmp_path: Path) -> None:
+    command = [
+        sys.executable, str(REPO / "scripts" / "compare_policies.py"), "--model", "tiny-random-llama",
+        "--policies", "snapkv", "--budgets", "64", "--bench", "micro", "--tasks", "passkey", "--lengths", "600",
+        "--samples", "1", "--no-fidelity", "--out", str(tmp_path), "--phases", "--phase-policies", "snapkv", "rkv",
+        "--phase-interval", "4",
+    ]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert "eviction during decoding (interval 4) or at the prompt's end" in out
+    assert re.search(r"^snapkv decode\s+\d", out, re.M) and re.search(r"^rkv prefill\s+\d", out, re.M)
+    assert "decode-time minus prefill-only (points), paired" in out and "mean answer length" in out
+    assert re.findall(r"compare: run \d+/(\d+)", out)[-1] == "5"  # 1 accuracy run + 2 policies x 2 phases
+    # snapkv's prefill run is shared with the accuracy table; the decode-time runs have folders of their own
+    assert len(list(tmp_path.rglob("predictions.jsonl"))) == 4

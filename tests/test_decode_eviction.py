@@ -131,3 +131,33 @@ def test_decode_eviction_settings_are_checked() -> None:
         from restkv.decode_eviction import check_decode_eviction
 
         check_decode_eviction(get_policy("snapkv", gqa="expand"), DecodeEviction(64, 4), "auto", None)
+
+
+def test_a_run_records_the_cache_over_time_and_resumes(tmp_path, capsys) -> None:
+    import json
+
+    from hydra import compose, initialize_config_dir
+
+    from restkv.eval.harness.runner import RunSettings, run_benchmark
+    from restkv.eval.run import CONFIGS
+
+    overrides = [
+        "bench=micro", "bench.lengths=[1024]", "bench.samples=1", "bench.tasks=[passkey]", "limit=2",
+        "compression.phase=decode", "compression.decode_budget=64", "compression.decode_interval=4",
+    ]  # fmt: skip
+
+    def run() -> dict:
+        with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+            cfg = compose(config_name="config", overrides=[*overrides, f"out_dir={tmp_path}"])
+        return run_benchmark(cfg, RunSettings("micro", "micro-llama", "restkv", overrides, tmp_path))
+
+    summary = run()
+    (predictions,) = tmp_path.rglob("predictions.jsonl")
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    assert summary["ran"]["samples"] == len(records) >= 1
+    for record in records:
+        assert record["kept_tokens"] == record["context_length"]  # phase=decode: the prompt stays whole
+        assert record["decode_cache"] and record["decode_cache"][0] == [1, 64.0]  # cut at the first step
+        assert record["decode_path"] == "eager"
+    run()
+    assert f"{len(records)} of {len(records)} samples already done" in capsys.readouterr().out
