@@ -137,9 +137,9 @@ def print_intervals(policies: list[str], budgets: list[str], scores: dict[tuple[
     print("\naccuracy (%) with 95 % bootstrap intervals over samples")
     print(interval_grid(policies, budgets, cells))
     reference = "restkv"
-    if reference not in policies:
-        return
     others = [p for p in policies if p != reference]
+    if reference not in policies or not others:
+        return
     paired = {
         (other, budget): paired_difference(scores[(reference, budget)], scores[(other, budget)])
         for other in others
