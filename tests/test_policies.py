@@ -42,6 +42,7 @@ def test_registry_knows_every_policy() -> None:
         "pyramidkv",
         "random",
         "restkv",
+        "rkv",
         "snapkv",
         "streamingllm",
         "tova",
