@@ -239,6 +239,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--phases", action="store_true", help="add decode-time eviction next to prefill-only")
     parser.add_argument("--phase-policies", nargs="+", default=["snapkv", "restkv", "rkv"], help="its rows")
     parser.add_argument("--phase-interval", type=int, default=8, help="compression.decode_interval of its runs")
+    parser.add_argument("--turns", action="store_true", help="add several questions per compressed context")
+    parser.add_argument("--turn-policies", nargs="+", default=["full", "snapkv", "restkv", "rkv"], help="its rows")
+    parser.add_argument("--turn-tasks", nargs="+", default=["micro_multikey_1"], help="tasks whose samples have turns")
+    parser.add_argument("--turn-samples", type=int, default=20, help="prompts per turn task")
     args = parser.parse_args()
     args.policies = args.policies or (POLICIES if args.all else DEFAULT_POLICIES)
     args.no_quant = args.no_quant or not (args.all or args.quant)
@@ -289,6 +293,8 @@ def main() -> None:
         quantization_table(args, title)
     if args.phases:
         phase_table(args, title)
+    if args.turns:
+        turns_table(args)
 
 
 def planned_runs(args: argparse.Namespace) -> int:
@@ -297,7 +303,9 @@ def planned_runs(args: argparse.Namespace) -> int:
     accuracy = evicting * len(args.budgets) + ("full" in args.policies)
     fidelity = 0 if args.no_fidelity else evicting * len(args.budgets)
     quantized = 0 if args.no_quant else len(args.quant_bits) * len(args.budgets) * (1 if args.no_fidelity else 2)
-    return accuracy + fidelity + quantized + (2 * len(args.phase_policies) * len(args.budgets) if args.phases else 0)
+    phases = 2 * len(args.phase_policies) * len(args.budgets) if args.phases else 0
+    turns = len(args.turn_policies) * len(args.budgets) if args.turns else 0
+    return accuracy + fidelity + quantized + phases + turns
 
 
 def print_fidelity_and_cache(args: argparse.Namespace, agreement: dict, kl: dict, cache: dict) -> None:
@@ -373,6 +381,29 @@ def phase_table(args: argparse.Namespace, title: str) -> None:
     print(interval_grid(args.phase_policies, args.budgets, paired))
     print("\nmean answer length (generated tokens)")
     print(format_grid(rows, args.budgets, lengths, digits=1))
+
+
+def turns_table(args: argparse.Namespace) -> None:
+    """Each of ``--turn-policies`` answering several questions about one compressed context
+    (``evaluation=multi_turn``, answers kept in the cache): accuracy over the turns, per turn, and paired
+    differences from ReST-KV on the same prompts."""
+    turn_args = argparse.Namespace(**{**vars(args), "tasks": args.turn_tasks, "samples": args.turn_samples})
+    accuracy: dict[tuple[str, str], float] = {}
+    curves: dict[tuple[str, str], list[float]] = {}
+    scores: dict[tuple[str, str], dict[str, float]] = {}
+    for policy in args.turn_policies:
+        for budget in args.budgets:
+            summary = run(args.bench, policy, budget, turn_args, ("evaluation=multi_turn",))
+            accuracy[(policy, budget)] = summary["average"]
+            curves[(policy, budget)] = summary.get("turn_scores", [])
+            scores[(policy, budget)] = folder_scores(summary["folder"])
+    title = f"{', '.join(args.turn_tasks)}, {args.turn_samples} prompts, {args.lengths[0]} tokens"
+    print(f"\nseveral questions per compressed context (evaluation=multi_turn): accuracy over the turns (%) - {title}")
+    print(format_grid(args.turn_policies, args.budgets, accuracy))
+    print("\naccuracy per turn (%): turn 1 is the sample's own question; every turn reads one compressed cache")
+    for (policy, budget), curve in curves.items():
+        print(f"{policy:>14} @ {budget:>5}: " + "  ".join(f"{value:5.1f}" for value in curve))
+    print_intervals(args.turn_policies, args.budgets, scores)
 
 
 if __name__ == "__main__":

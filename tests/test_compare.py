@@ -94,3 +94,16 @@ def test_the_phase_table_pairs_decode_time_with_prefill_eviction(tmp_path: Path)
     assert re.findall(r"compare: run \d+/(\d+)", out)[-1] == "5"  # 1 accuracy run + 2 policies x 2 phases
     # snapkv's prefill run is shared with the accuracy table; the decode-time runs have folders of their own
     assert len(list(tmp_path.rglob("predictions.jsonl"))) == 4
+
+
+def test_the_turns_table_asks_several_questions_per_context(tmp_path: Path) -> None:
+    command = [
+        sys.executable, str(REPO / "scripts" / "compare_policies.py"), "--model", "tiny-random-llama",
+        "--policies", "restkv", "--budgets", "64", "--bench", "micro", "--tasks", "passkey", "--lengths", "600",
+        "--samples", "1", "--no-fidelity", "--out", str(tmp_path), "--turns", "--turn-policies", "full", "restkv",
+        "--turn-samples", "1",
+    ]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert "several questions per compressed context (evaluation=multi_turn)" in out
+    assert re.search(r"^\s+full @\s+64:(\s+\d+\.\d){4}$", out, re.M)  # four turns: the asked key and three more
+    assert "restkv minus each policy" in out

@@ -191,6 +191,19 @@ def _plan(task: str, rng: random.Random) -> _Plan:
     raise ValueError(f"micro task {task} has no needle plan")
 
 
+def turns_of(cfg: _Task, plan: _Plan) -> dict[str, Any]:
+    """Further questions about the same context (``evaluation=multi_turn``): each other key of a multi-key task."""
+    if cfg.kind != "single" or cfg.keys < 2:
+        return {}
+    pairs = [needle.rstrip(".").rsplit(" ", 1) for needle in plan.needles]
+    others = [(key, value) for key, value in pairs if key != plan.keys[0]]
+    turns = [
+        {"question": f"\nWhat is the number for {key}?", "answer_prefix": f"\nAnswer: {key}", "references": [value]}
+        for key, value in others
+    ]
+    return {"turns": turns}
+
+
 def passkey_sample(tokenizer: PreTrainedTokenizerBase, context_length: int, seed: int, index: int = 0) -> Sample:
     """The classic passkey prompt (Mohtashami & Jaggi 2023): a 5-digit key in repeated noise.
 
@@ -256,7 +269,7 @@ def _builder(
             answer_prefix=plan.answer_prefix,
             references=plan.references,
             depths=depths,
-            extra={"keys": plan.keys, "cues": plan.cues},
+            extra={"keys": plan.keys, "cues": plan.cues, **turns_of(cfg, plan)},
         )
 
     return build
