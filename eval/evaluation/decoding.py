@@ -64,7 +64,9 @@ def _path(decode: str, cache: DynamicCache, device: torch.device) -> tuple[str, 
     return ("graph" if decode in ("auto", "graph") else "static"), contents
 
 
-def _forward(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):
+def forward_tokens(model: PreTrainedModel, ids: list[int], cache: DynamicCache, start: int, last_only: bool = True):
+    """Run token ``ids`` at positions ``start...`` into ``cache``: the last position's logits (all with ``last_only``
+    False)."""
     device = model.device
     input_ids = torch.tensor([ids], device=device)
     positions = torch.arange(start, start + len(ids), device=device)[None]
@@ -92,11 +94,11 @@ def prefill(
         raise ValueError(f"protocol {protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
     cache = DynamicCache(config=model.config)
     if protocol == "query_aware":
-        logits = _forward(model, prompt.context + prompt.query, cache, 0)
+        logits = forward_tokens(model, prompt.context + prompt.query, cache, 0)
     else:
-        logits = _forward(model, prompt.context, cache, 0)
+        logits = forward_tokens(model, prompt.context, cache, 0)
         if prompt.query:
-            logits = _forward(model, prompt.query, cache, len(prompt.context))
+            logits = forward_tokens(model, prompt.query, cache, len(prompt.context))
     kept = compressor.record.kept if compressor.active else []
     return cache, logits, (sum(kept) / len(kept) if kept else float(prompt.length))
 
@@ -207,6 +209,6 @@ def teacher_forced_logprobs(
         rows = [last[None]]
         if len(tokens) > 1:
             own = cache if index == len(continuations) - 1 else copy.deepcopy(cache)
-            rows.append(_forward(model, tokens[:-1], own, prompt.length, last_only=False))
+            rows.append(forward_tokens(model, tokens[:-1], own, prompt.length, last_only=False))
         results.append(torch.cat(rows).float().log_softmax(-1))
     return results

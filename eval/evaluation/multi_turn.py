@@ -22,7 +22,7 @@ import torch
 from restkv.eval.benchmarks.base import Benchmark
 from restkv.eval.benchmarks.sample import Sample
 from restkv.eval.evaluation.base import Session
-from restkv.eval.evaluation.decoding import _forward, prefill
+from restkv.eval.evaluation.decoding import forward_tokens, prefill
 from restkv.eval.evaluation.prompting import PromptTokens
 
 
@@ -90,17 +90,17 @@ def answer_turn(
 ) -> list[int]:
     """Append ``question`` at ``position`` and decode greedily until EOS (excluded from the answer) or the limit;
     with ``keep_answer`` every answer token, EOS included, is in the cache afterwards."""
-    logits = _forward(session.model, question, cache, position)
+    logits = forward_tokens(session.model, question, cache, position)
     position += len(question)
     tokens: list[int] = []
     for _ in range(max_new_tokens):
         token = int(logits.argmax())
         if token in session.eos_ids:
             if keep_answer:
-                _forward(session.model, [token], cache, position)
+                forward_tokens(session.model, [token], cache, position)
             break
         tokens.append(token)
         if len(tokens) < max_new_tokens or keep_answer:
-            logits = _forward(session.model, [token], cache, position)
+            logits = forward_tokens(session.model, [token], cache, position)
             position += 1
     return tokens

@@ -1,0 +1,123 @@
+"""SCBench (Li et al., 2024) read from its own files: one long context, several questions about it.
+
+Each record of ``microsoft/SCBench``'s ``data/scbench_<task>.jsonl`` holds an ``id``, a shared ``context`` and
+``multi_turns``, a list of ``{input, answer}``. A record becomes one sample: the context (after the task's
+instruction), the first turn's input as its question, the later turns in ``meta["turns"]``, which
+``evaluation=multi_turn`` asks in turn on the same compressed cache (``evaluation=generate`` asks the first
+only). Data: ``python scripts/download_data.py scbench`` (or the files in ``bench.data_dir``).
+
+Tasks read here, with SCBench's answer lengths: ``kv``, ``prefix_suffix``, ``vt``, ``mf``, ``many_shot``,
+``qa_eng``, ``qa_chn``, ``choice_eng``, ``summary``. Scores: the reference contained in the answer
+(``string_match_all``) for the retrieval tasks, token F1 for QA, ROUGE-L for summaries. Not reproduced:
+SCBench's own per-task prompt templates (only the key-value task's instruction is theirs; the others give the
+context then the question) and its repository-QA and mixed tasks, which need their own scorers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from restkv.eval.benchmarks.jsonl import Field, resolve_path, task_records
+from restkv.eval.benchmarks.metrics import score as score_metric
+from restkv.eval.benchmarks.official import cap_new_tokens, check_task_files, load_task_files
+from restkv.eval.benchmarks.sample import Sample
+
+
+@dataclass(frozen=True)
+class SCBenchTask:
+    metric: str
+    max_new_tokens: int
+    instruction: str = ""
+
+
+TASKS = {
+    "kv": SCBenchTask(
+        "string_match_all", 150, "Extract the value corresponding to the specified key in the JSON object below."
+    ),
+    "prefix_suffix": SCBenchTask("string_match_all", 150),
+    "vt": SCBenchTask("string_match_all", 30),
+    "mf": SCBenchTask("string_match_all", 5),
+    "many_shot": SCBenchTask("string_match_all", 10),
+    "qa_eng": SCBenchTask("qa_f1", 40),
+    "qa_chn": SCBenchTask("qa_f1_zh", 40),
+    "choice_eng": SCBenchTask("string_match_all", 40),
+    "summary": SCBenchTask("rouge", 200),
+}
+"""SCBench's tasks read here: metric, answer length (SCBench's), instruction before the context."""
+
+
+def _text(value: Any) -> str:
+    """A context or answer as text (the ``mf`` task stores numbers)."""
+    if isinstance(value, list):
+        return " ".join(_text(item) for item in value)
+    return str(value)
+
+
+@dataclass
+class SCBenchBenchmark:
+    """``tasks`` of `TASKS` from ``data_dir`` (``scbench_<task>.jsonl``); ``samples`` per task (None: all)."""
+
+    tasks: list[str] = field(default_factory=lambda: ["kv", "prefix_suffix", "vt", "qa_eng"])
+    data_dir: str = "data/scbench"
+    samples: int | None = None
+    max_new_tokens_cap: int | None = None
+    name: str = "scbench"
+
+    def __post_init__(self) -> None:
+        unknown = [task for task in self.tasks if task not in TASKS]
+        if unknown or not self.tasks:
+            raise ValueError(f"bench.tasks={self.tasks}: allowed tasks are {', '.join(TASKS)}")
+        for knob in ("samples", "max_new_tokens_cap"):
+            value = getattr(self, knob)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"bench.{knob}={value!r} must be an integer >= 1 (or null)")
+
+    @staticmethod
+    def file_name(task: str) -> str:
+        return f"scbench_{task}.jsonl"
+
+    def check_data(self) -> None:
+        """Missing task files, refused before any model loads (with the download command)."""
+        check_task_files(self.tasks, resolve_path(self.data_dir), self.file_name, hub=False, **self._files)
+
+    @property
+    def _files(self) -> dict[str, str]:
+        return {"benchmark": "SCBench", "dataset": "scbench"}
+
+    def load_samples(self, tokenizer: Any) -> list[Sample]:
+        return load_task_files(
+            self.tasks, resolve_path(self.data_dir), self.file_name, self._task_samples, fallback=None, **self._files
+        )
+
+    def _task_samples(self, task: str, source: Any) -> list[Sample]:
+        spec = TASKS[task]
+        fields = {"context": Field((str, list), "the shared context"), "multi_turns": Field((list,), "the turns")}
+        new_tokens = cap_new_tokens(spec.max_new_tokens, self.max_new_tokens_cap)
+        samples = []
+        for line, record in task_records(
+            source, fields, benchmark="SCBench", task=task, id_field="id", limit=self.samples
+        ):
+            turns = [
+                {"question": f"\n\n{turn['input']}", "answer_prefix": "", "references": [_text(turn["answer"])]}
+                for turn in record["multi_turns"]
+            ]
+            if not turns:
+                raise ValueError(f"{source.where}:{line}: SCBench task {task!r}: a record without turns")
+            head = f"{spec.instruction}\n\n" if spec.instruction else ""
+            samples.append(
+                Sample(
+                    id=f"scbench_{task}-{record['id']}",
+                    task=task,
+                    context=head + _text(record["context"]),
+                    question=turns[0]["question"],
+                    references=turns[0]["references"],
+                    max_new_tokens=new_tokens,
+                    metric=spec.metric,
+                    meta={"turns": turns[1:], "source": f"{source.where}:{line}"},
+                )
+            )
+        return samples
+
+    def score(self, sample: Sample, prediction: str) -> float:
+        return score_metric(sample.metric, prediction, sample.references)

@@ -1,0 +1,134 @@
+"""Figures of long answers and reused caches, drawn from run folders.
+
+    python scripts/plot_long_outputs.py lengths --runs results/ --bench math --out figures/
+    python scripts/plot_long_outputs.py turns --runs results/ --out figures/
+
+``lengths``: accuracy and mean answer length against the budget, one line per policy and eviction phase
+(the decode budget for ``compression.phase=decode|both`` runs, the budget otherwise): low budgets can make
+answers longer, so accuracy alone misleads. ``turns``: accuracy of each turn of ``evaluation=multi_turn`` runs,
+one line per policy and budget. Each figure is written as PNG and PDF; runs still in progress are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+
+def finished_runs(root: Path, bench: str | None = None) -> list[dict[str, Any]]:
+    """Every finished run folder under ``root`` (``metrics.json`` present, no ``.lock``): its metrics, config and
+    mean answer length."""
+    runs = []
+    for metrics_file in sorted(root.rglob("metrics.json")):
+        folder = metrics_file.parent
+        if (folder / ".lock").exists() or not (folder / "config.yaml").is_file():
+            continue
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+        if bench is not None and metrics.get("bench") != bench:
+            continue
+        config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
+        lines = (folder / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        length = sum(r.get("new_tokens", 0) for r in records) / max(len(records), 1)
+        runs.append({"metrics": metrics, "config": config, "answer_length": length, "folder": folder})
+    return runs
+
+
+def phase_and_budget(run: dict[str, Any]) -> tuple[str, int | float]:
+    """The run's eviction phase and the budget that bounds its cache while it answers."""
+    compression = run["config"].get("compression") or {}
+    phase = compression.get("phase", "prefill")
+    budget = compression.get("decode_budget") if phase != "prefill" else run["config"]["budget"]
+    return phase, budget
+
+
+def plot_lengths(runs: list[dict[str, Any]], out: Path) -> list[Path]:
+    """Accuracy (left) and mean answer length (right) against the budget, per policy and phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for run in runs:
+        if run["config"].get("evaluation", {}).get("_target_", "").endswith("MultiTurn"):
+            continue
+        phase, budget = phase_and_budget(run)
+        label = f"{run['metrics']['policy']} ({phase})"
+        series[label].append((float(budget), run["metrics"]["average"], run["answer_length"]))
+    if not series:
+        raise ValueError("no finished generation run under --runs (for --bench) to plot")
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, points in sorted(series.items()):
+        points.sort()
+        budgets = [p[0] for p in points]
+        left.plot(budgets, [p[1] for p in points], marker="o", label=label)
+        right.plot(budgets, [p[2] for p in points], marker="o", label=label)
+    ticks = sorted({p[0] for points in series.values() for p in points})
+    for axis, name in ((left, "accuracy (%)"), (right, "mean answer length (tokens)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_xlabel("budget (tokens per layer)")
+        axis.set_ylabel(name)
+    right.legend(fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left")
+    figure.suptitle("accuracy and answer length against the budget (decode-time runs: their decode budget)")
+    return save(figure, out / "long-outputs-lengths")
+
+
+def plot_turns(runs: list[dict[str, Any]], out: Path) -> list[Path]:
+    """Accuracy of each turn, per policy and budget, for ``evaluation=multi_turn`` runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = [(f"{r['metrics']['policy']} @ {r['config']['budget']}", r["metrics"]["turn_scores"]) for r in runs
+              if r["metrics"].get("turn_scores")]  # fmt: skip
+    if not curves:
+        raise ValueError("no finished evaluation=multi_turn run under --runs to plot")
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for label, scores in sorted(curves):
+        axis.plot(range(1, len(scores) + 1), scores, marker="o", label=label)
+    axis.set_xlabel("turn (questions on one compressed context)")
+    axis.set_ylabel("accuracy (%)")
+    axis.set_xticks(range(1, max(len(s) for _, s in curves) + 1))
+    axis.legend(fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left")
+    axis.set_title("accuracy per turn")
+    return save(figure, out / "multi-turn")
+
+
+def save(figure: Any, stem: Path) -> list[Path]:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        figure.savefig(path, bbox_inches="tight", dpi=150)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("figure", choices=["lengths", "turns"])
+    parser.add_argument("--runs", type=Path, default=Path("results"), help="folder holding run folders")
+    parser.add_argument("--bench", default=None, help="only runs of this benchmark (lengths)")
+    parser.add_argument("--out", type=Path, default=Path("results/figures"), help="where the figures go")
+    args = parser.parse_args(argv)
+    if not args.runs.is_dir():
+        parser.error(f"--runs {args.runs}: no such folder")
+    runs = finished_runs(args.runs, args.bench)
+    try:
+        paths = plot_lengths(runs, args.out) if args.figure == "lengths" else plot_turns(runs, args.out)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(f"figure: {path}" for path in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
