@@ -82,7 +82,7 @@ def kvpress_masks(model, press, ids) -> list[list[set[int]]]:
     with torch.no_grad(), press(model):
         model.model(input_ids=ids, past_key_values=DynamicCache())
         for layer in model.model.layers:
-            _, head, position = layer.self_attn.masked_key_indices
+            _, head, position = layer.self_attn.__dict__.pop("masked_key_indices")  # left on the module: take it off
             heads = model.config.num_key_value_heads
             kept.append([set(range(ids.shape[1])) - set(position[head == h].tolist()) for h in range(heads)])
     return kept

@@ -288,8 +288,9 @@ class KVPressPolicy(Policy):
             if self.press in SUPPORTED or self.press in SCORED_WRAPPERS:
                 scores = press.score(call.module, call.hidden_states, keys, values, call.attentions, call.kwargs)
             else:
+                call.module.__dict__.pop("masked_key_indices", None)  # a mask left by an earlier press is not ours
                 kept = press.compress(call.module, call.hidden_states, keys, values, call.attentions, call.kwargs)[0]
-                return _read_back(call.module, kept, keys)
+                return _read_back(call.module, kept, keys, self.press in HEADWISE)
         expected = (*inputs.keys.shape[:2], inputs.length)
         if tuple(scores.shape) != expected:
             raise RuntimeError(f"{self.press}.score gave scores of shape {tuple(scores.shape)}; expected {expected}")
@@ -309,11 +310,15 @@ def _built(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> A
         raise ValueError(f"kvpress refused {name}({settings}): {error}") from error
 
 
-def _read_back(module: nn.Module, kept_keys: torch.Tensor, keys: torch.Tensor) -> torch.Tensor | HeadSelection:
+def _read_back(
+    module: nn.Module, kept_keys: torch.Tensor, keys: torch.Tensor, headwise: bool
+) -> torch.Tensor | HeadSelection:
     """What a press's own ``compress`` kept: kvpress's head mask (AdaKV-style presses), else the positions of the
-    keys it returned."""
+    keys it returned. The mask is taken off the module: the entries are evicted here, not masked at decode time."""
     masked = module.__dict__.pop("masked_key_indices", None)
-    if masked is not None:  # (batch, head, position) of every evicted entry; kept here, not masked at decode time
+    if headwise:
+        if masked is None:
+            raise RuntimeError(f"{type(module).__name__}: the head-wise press left no mask of what it evicted")
         _, head, position = masked
         visible = torch.ones(keys.shape[1], keys.shape[2], dtype=torch.bool, device=keys.device)
         visible[head, position] = False
