@@ -37,7 +37,4 @@ class CAOTE(ScoringPolicy):
         past = inputs.length - self.window
         weights = scoring.aggregate(attention[..., :past], self.temporal, self.alpha)
         weights = weights / weights.sum(dim=-1, keepdim=True)
-        gram = inputs.output_gram() if self.needs_output_gram and inputs.output_gram is not None else None
-        if self.needs_output_gram and gram is None:
-            raise ValueError("CAOTE with use_wo=True needs the layer's output projection")
-        return self._raised(scoring.reconstruction_after(weights, inputs.values, gram, self.tau))
+        return self._raised(scoring.reconstruction_after(weights, inputs.values, self.gram_of(inputs), self.tau))

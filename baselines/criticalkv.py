@@ -25,7 +25,7 @@ from restkv.checks import check_number
 from restkv.policy import LayerInputs
 from restkv.registry import register_policy, register_preset
 from restkv.scoring_policy import ScoringPolicy
-from restkv.select import Budget, keep_indices, reduce_groups
+from restkv.select import Budget, keep_indices, leading, reduce_groups
 
 
 def projected_value_norms(values: torch.Tensor, weight: torch.Tensor, heads: int, past: int) -> torch.Tensor:
@@ -39,10 +39,7 @@ def projected_value_norms(values: torch.Tensor, weight: torch.Tensor, heads: int
 
 def two_stage(base: torch.Tensor, weighted: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
     """Scores ``[H, P]`` ranking each head's top ``first[h]`` base scores first, then by ``weighted``."""
-    order = base.argsort(dim=-1, descending=True)
-    positions = torch.arange(base.shape[-1], device=base.device).expand_as(order)
-    rank = torch.empty_like(order).scatter_(-1, order, positions)
-    return torch.where(rank < first.unsqueeze(-1), torch.full_like(weighted, float("inf")), weighted)
+    return torch.where(leading(base, first), torch.full_like(weighted, float("inf")), weighted)
 
 
 @register_policy("criticalkv")

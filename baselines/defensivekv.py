@@ -35,11 +35,7 @@ from restkv.baselines.criticalkv import projected_value_norms
 from restkv.checks import check_number
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy, register_preset
-
-
-def defensive_floor(scores: torch.Tensor) -> torch.Tensor:
-    """Scores ``[..., P]`` floored at their mean over the last axis (the defensive prior correction)."""
-    return scores.clamp(min=scores.mean(dim=-1, keepdim=True))
+from restkv.select import leading
 
 
 def mass_preserving_pool(attention: torch.Tensor, kernel: int) -> torch.Tensor:
@@ -65,11 +61,7 @@ def first_stage_counts(mean_attention: torch.Tensor, threshold: float, cap: int)
 
 def protect_first_stage(scores: torch.Tensor, mean_attention: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """``scores`` ``[b, H, P]`` with each head's top ``counts`` tokens by ``mean_attention`` raised to the maximum."""
-    order = mean_attention.argsort(dim=-1, descending=True)
-    ranks = torch.arange(order.shape[-1], device=order.device).expand_as(order)
-    rank = torch.empty_like(order).scatter_(-1, order, ranks)
-    protected = rank < counts.unsqueeze(-1)
-    return torch.where(protected, scores.max(), scores)
+    return torch.where(leading(mean_attention, counts), scores.max(), scores)
 
 
 @register_policy("defensivekv")
@@ -107,8 +99,8 @@ class DefensiveKV(Policy):
         attention = attention[..., :past]  # [b, h, w, P]
         b, heads, w, _ = attention.shape
         grouped = attention.view(b, kv_heads, heads // kv_heads, w, past)
-        pooled = mass_preserving_pool(attention, self.kernel).view(b, kv_heads, heads // kv_heads, w, past)
-        scores = defensive_floor(pooled.amax(dim=(2, 3)))
+        pooled = mass_preserving_pool(attention, self.kernel).view(b, kv_heads, (heads // kv_heads) * w, past)
+        scores = scoring.aggregate(pooled, "defensive", 0.0)  # the worst case over the group and the window
         norms = projected_value_norms(inputs.values, inputs.output_weight(), heads, past)
         norms = norms.view(b, kv_heads, heads // kv_heads, past).mean(dim=2)
         scores = scores * (norms / norms.sum(dim=1, keepdim=True))

@@ -256,14 +256,9 @@ class Allocation(Protocol):
     ) -> torch.Tensor | HeadSelection: ...
 
 
-@dataclass(frozen=True)
-class UniformAllocation:
-    """Every head keeps the layer's budget: positions ``[b, heads, keep]``."""
-
-    setting: str = "allocation='uniform'"
-    headwise: bool = False
-    fixed_per_head: bool = False
-    across_layers: bool = False
+class FromScoresAlone:
+    """What the allocations that read nothing but a layer's scores share: no file, any model shape, and no layer kept
+    whole before its scores are seen."""
 
     def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
         return False
@@ -273,6 +268,16 @@ class UniformAllocation:
 
     def check_model(self, num_layers: int, num_heads: int) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class UniformAllocation(FromScoresAlone):
+    """Every head keeps the layer's budget: positions ``[b, heads, keep]``."""
+
+    setting: str = "allocation='uniform'"
+    headwise: bool = False
+    fixed_per_head: bool = False
+    across_layers: bool = False
 
     def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
         """Past tokens per head ``[heads]`` for scores ``[heads, P]``: ``base`` each."""
@@ -292,7 +297,7 @@ def _single_prompt(scores: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
-class AdaKVAllocation:
+class AdaKVAllocation(FromScoresAlone):
     """AdaKV's shared ranking of the layer's past budget (`adakv_capacities`)."""
 
     floor: float
@@ -304,15 +309,6 @@ class AdaKVAllocation:
     @property
     def setting(self) -> str:
         return "allocation='adakv'"
-
-    def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
-        return False
-
-    def input_files(self) -> list[Path]:
-        return []
-
-    def check_model(self, num_layers: int, num_heads: int) -> None:
-        return None
 
     def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
         return adakv_capacities(scores, base, self.floor, self.normalize)
@@ -327,7 +323,7 @@ class AdaKVAllocation:
 
 
 @dataclass(frozen=True)
-class GlobalAllocation:
+class GlobalAllocation(FromScoresAlone):
     """One top-k over every layer and head (`global_capacities`): asks for every layer's scores at once."""
 
     headwise: bool = True
@@ -337,15 +333,6 @@ class GlobalAllocation:
     @property
     def setting(self) -> str:
         return "allocation='global'"
-
-    def keeps_whole(self, inputs: LayerInputs, budget: Budget, window: int) -> bool:
-        return False
-
-    def input_files(self) -> list[Path]:
-        return []
-
-    def check_model(self, num_layers: int, num_heads: int) -> None:
-        return None
 
     def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
         raise NotImplementedError("allocation='global' shares the budget across layers: use select_layers")

@@ -141,8 +141,6 @@ class DecodeEvictor:
             extra = torch.arange(1, length - held.shape[2] + 1, device=held.device) + held[..., -1:].max()
             held = torch.cat([held, extra.expand(*held.shape[:2], -1)], dim=2)
             self.positions[layer] = held
-        if layer == 0:
-            self.steps += 1
         if self.trace:
             self.log.setdefault(layer, []).append(held.clone())
         self.since_cut[layer] = self.since_cut.get(layer, 0) + 1
@@ -162,7 +160,9 @@ class DecodeEvictor:
         return selection
 
     def end_step(self, tokens: list[int]) -> None:
-        """After a step's last evicted layer: record every layer's size when any was cut."""
+        """After a step's last evicted layer (every step reaches it): count the step, and record every layer's size
+        when any was cut."""
+        self.steps += 1
         if self.cut:
             self.sizes.append({"step": self.steps, "tokens": tokens})
             self.cut.clear()

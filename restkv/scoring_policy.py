@@ -83,10 +83,7 @@ class ScoringPolicy(Policy):
 
     def indicator_scores(self, attention: torch.Tensor, inputs: LayerInputs) -> torch.Tensor:
         """Indicator aggregated over the window: ``[b, h, P]``."""
-        past = inputs.length - self.window
-        gram = inputs.output_gram() if self.needs_output_gram and inputs.output_gram is not None else None
-        if self.needs_output_gram and gram is None:
-            raise ValueError("indicator='reconstruction' with use_wo=True needs the layer's output projection")
+        past, gram = inputs.length - self.window, self.gram_of(inputs)
         if self.indicator == "reconstruction" and self.order == "before":
             per_query = scoring.reconstruction_before(attention, inputs.values, gram, self.tau, self.normalize)
             return scoring.aggregate(self._raised(per_query), self.temporal, self.alpha)
@@ -99,6 +96,17 @@ class ScoringPolicy(Policy):
         if self.indicator == "attention_value":
             return self._raised(weights * scoring.value_norms(inputs.values, inputs.num_heads, past))
         return self._raised(scoring.reconstruction_after(weights, inputs.values, gram, self.tau))
+
+    def gram_of(self, inputs: LayerInputs) -> torch.Tensor | None:
+        """The layer's per-head ``W_o`` Gram matrices where the indicator reads them, else None."""
+        if not self.needs_output_gram:
+            return None
+        if inputs.output_gram is None:
+            owner = type(self).__name__
+            raise ValueError(
+                f"{owner}: indicator='reconstruction' with use_wo=True needs the layer's output projection"
+            )
+        return inputs.output_gram()
 
     def _raised(self, scores: torch.Tensor) -> torch.Tensor:
         return scores if self.power == 1 else scores.pow(self.power)

@@ -29,6 +29,14 @@ def reduce_groups(scores: torch.Tensor, num_kv_heads: int, mode: str) -> torch.T
     raise ValueError(f"unknown gqa mode {mode!r}; allowed: {', '.join(GQA_MODES)}")
 
 
+def leading(scores: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """True where a position is among the first ``counts[..., h]`` of its row by descending ``scores`` ``[..., P]``."""
+    order = scores.argsort(dim=-1, descending=True)
+    positions = torch.arange(scores.shape[-1], device=scores.device).expand_as(order)
+    rank = torch.empty_like(order).scatter_(-1, order, positions)
+    return rank < counts.unsqueeze(-1)
+
+
 def keep_indices(scores: torch.Tensor, keep: int, window: int) -> torch.Tensor:
     """Positions kept per head, ascending: the ``keep - window`` best past tokens plus the window.
 

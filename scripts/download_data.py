@@ -439,13 +439,13 @@ def get_hub_jsonl(name: str, folder: Path, force: bool, files: dict[str, list[tu
         for file in todo:
             key = file.removesuffix(".jsonl")
             try:
-                paths = [first_available([hub_source(repo, name_)], Path(scratch)) for repo, name_ in files[key]]
-                rows = records(key, paths)
+                rows = records(key, [first_available([hub_source(*pair)], Path(scratch)) for pair in files[key]])
                 install(folder / file, lambda part, r=rows: math_files.write_jsonl(r, part), check_jsonl)
             except (FetchError, OSError, ValueError) as exc:
                 failures.append(f"{key}: {exc}")
     if failures:
-        return Outcome(name, False, "; ".join(failures) + f"; to get them manually: {files}")
+        sources = ", ".join(f"{key}.jsonl from {' + '.join(map(':'.join, pairs))}" for key, pairs in files.items())
+        return Outcome(name, False, "; ".join(failures) + f"; to get them manually: {sources}")
     return Outcome(name, True, f"{_rel(folder)} ({len(files)} files)")
 
 

@@ -81,13 +81,8 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
 
 
 def test_the_phase_table_pairs_decode_time_with_prefill_eviction(tmp_path: Path) -> None:
-    command = [
-        sys.executable, str(REPO / "scripts" / "compare_policies.py"), "--model", "tiny-random-llama",
-        "--policies", "snapkv", "--budgets", "64", "--bench", "micro", "--tasks", "passkey", "--lengths", "600",
-        "--samples", "1", "--no-fidelity", "--out", str(tmp_path), "--phases", "--phase-policies", "snapkv", "rkv",
-        "--phase-interval", "4",
-    ]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    out = quick_compare(tmp_path, "--policies", "snapkv", "--phases", "--phase-policies", "snapkv", "rkv",
+                        "--phase-interval", "4")  # fmt: skip
     assert "eviction during decoding (interval 4) or at the prompt's end" in out
     assert re.search(r"^snapkv decode\s+\d", out, re.M) and re.search(r"^rkv prefill\s+\d", out, re.M)
     assert "decode-time minus prefill-only (points), paired" in out and "mean answer length" in out
@@ -97,13 +92,18 @@ def test_the_phase_table_pairs_decode_time_with_prefill_eviction(tmp_path: Path)
 
 
 def test_the_turns_table_asks_several_questions_per_context(tmp_path: Path) -> None:
-    command = [
-        sys.executable, str(REPO / "scripts" / "compare_policies.py"), "--model", "tiny-random-llama",
-        "--policies", "restkv", "--budgets", "64", "--bench", "micro", "--tasks", "passkey", "--lengths", "600",
-        "--samples", "1", "--no-fidelity", "--out", str(tmp_path), "--turns", "--turn-policies", "full", "restkv",
-        "--turn-samples", "1",
-    ]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    out = quick_compare(tmp_path, "--policies", "restkv", "--turns", "--turn-policies", "full", "restkv",
+                        "--turn-samples", "1")  # fmt: skip
     assert "several questions per compressed context (evaluation=multi_turn)" in out
     assert re.search(r"^\s+full @\s+64:(\s+\d+\.\d){4}$", out, re.M)  # four turns: the asked key and three more
     assert "restkv minus each policy" in out
+
+
+def quick_compare(tmp_path: Path, *extra: str) -> str:
+    """compare_policies on the tiny model, one passkey prompt of 600 tokens at budget 64, no fidelity runs."""
+    command = [
+        sys.executable, str(REPO / "scripts" / "compare_policies.py"), "--model", "tiny-random-llama", "--budgets",
+        "64", "--bench", "micro", "--tasks", "passkey", "--lengths", "600", "--samples", "1", "--no-fidelity",
+        "--out", str(tmp_path), *extra,
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout

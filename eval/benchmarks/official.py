@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from restkv.checks import check_choice
-from restkv.eval.benchmarks.jsonl import JsonlSource, open_jsonl
+from restkv.eval.benchmarks.jsonl import JsonlSource, open_jsonl, resolve_path
 
 __all__ = [
     "CHAT_TEMPLATE_MODES",
     "FileFallback",
+    "LocalTaskFiles",
     "cap_new_tokens",
     "check_loader_knobs",
     "is_llama2",
@@ -128,3 +129,44 @@ def load_task_files(
             f"{benchmark} data missing: {', '.join(missing)}.{hub_note} To get the data, {how_to_get}."
         )
     return samples
+
+
+class LocalTaskFiles:
+    """What a benchmark whose tasks are ``<file_prefix><task>.jsonl`` files in ``data_dir`` (fetched beforehand by
+    ``scripts/download_data.py <dataset>``, no hub fallback) shares: its checks, its missing-data refusal and its
+    loading; a subclass names its tasks and builds one task's samples (``task_samples``)."""
+
+    task_names: ClassVar[Sequence[str]]
+    benchmark: ClassVar[str]
+    dataset: ClassVar[str]
+    file_prefix: ClassVar[str] = ""
+    tasks: list[str]
+    data_dir: str
+
+    def check_knobs(self, *knobs: str) -> None:
+        """Refuse unknown or no tasks, and ``knobs`` that are neither null nor an integer >= 1, by name."""
+        unknown = [task for task in self.tasks if task not in self.task_names]
+        if unknown or not self.tasks:
+            raise ValueError(f"bench.tasks={self.tasks}: allowed tasks are {', '.join(self.task_names)}")
+        for knob in knobs:
+            value = getattr(self, knob)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"bench.{knob}={value!r} must be an integer >= 1 (or null)")
+
+    def file_name(self, task: str) -> str:
+        return f"{self.file_prefix}{task}.jsonl"
+
+    def check_data(self) -> None:
+        """Missing task files, refused before any model loads (with the download command)."""
+        folder = resolve_path(self.data_dir)
+        check_task_files(self.tasks, folder, self.file_name, hub=False, benchmark=self.benchmark, dataset=self.dataset)
+
+    def load_samples(self, tokenizer: Any) -> list[Any]:
+        folder = resolve_path(self.data_dir)
+        return load_task_files(
+            self.tasks, folder, self.file_name, self.task_samples, fallback=None, benchmark=self.benchmark,
+            dataset=self.dataset,
+        )  # fmt: skip
+
+    def task_samples(self, task: str, source: JsonlSource) -> list[Any]:
+        raise NotImplementedError(f"{type(self).__name__} does not build samples (task_samples)")

@@ -16,11 +16,11 @@ context then the question) and its repository-QA and mixed tasks, which need the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from restkv.eval.benchmarks.jsonl import Field, resolve_path, task_records
+from restkv.eval.benchmarks.jsonl import Field, task_records
 from restkv.eval.benchmarks.metrics import score as score_metric
-from restkv.eval.benchmarks.official import cap_new_tokens, check_task_files, load_task_files
+from restkv.eval.benchmarks.official import LocalTaskFiles, cap_new_tokens
 from restkv.eval.benchmarks.sample import Sample
 
 
@@ -55,7 +55,7 @@ def _text(value: Any) -> str:
 
 
 @dataclass
-class SCBenchBenchmark:
+class SCBenchBenchmark(LocalTaskFiles):
     """``tasks`` of `TASKS` from ``data_dir`` (``scbench_<task>.jsonl``); ``samples`` per task (None: all)."""
 
     tasks: list[str] = field(default_factory=lambda: ["kv", "prefix_suffix", "vt", "qa_eng"])
@@ -64,33 +64,15 @@ class SCBenchBenchmark:
     max_new_tokens_cap: int | None = None
     name: str = "scbench"
 
+    task_names: ClassVar[tuple[str, ...]] = tuple(TASKS)
+    benchmark: ClassVar[str] = "SCBench"
+    dataset: ClassVar[str] = "scbench"
+    file_prefix: ClassVar[str] = "scbench_"
+
     def __post_init__(self) -> None:
-        unknown = [task for task in self.tasks if task not in TASKS]
-        if unknown or not self.tasks:
-            raise ValueError(f"bench.tasks={self.tasks}: allowed tasks are {', '.join(TASKS)}")
-        for knob in ("samples", "max_new_tokens_cap"):
-            value = getattr(self, knob)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"bench.{knob}={value!r} must be an integer >= 1 (or null)")
+        self.check_knobs("samples", "max_new_tokens_cap")
 
-    @staticmethod
-    def file_name(task: str) -> str:
-        return f"scbench_{task}.jsonl"
-
-    def check_data(self) -> None:
-        """Missing task files, refused before any model loads (with the download command)."""
-        check_task_files(self.tasks, resolve_path(self.data_dir), self.file_name, hub=False, **self._files)
-
-    @property
-    def _files(self) -> dict[str, str]:
-        return {"benchmark": "SCBench", "dataset": "scbench"}
-
-    def load_samples(self, tokenizer: Any) -> list[Sample]:
-        return load_task_files(
-            self.tasks, resolve_path(self.data_dir), self.file_name, self._task_samples, fallback=None, **self._files
-        )
-
-    def _task_samples(self, task: str, source: Any) -> list[Sample]:
+    def task_samples(self, task: str, source: Any) -> list[Sample]:
         spec = TASKS[task]
         fields = {"context": Field((str, list), "the shared context"), "multi_turns": Field((list,), "the turns")}
         new_tokens = cap_new_tokens(spec.max_new_tokens, self.max_new_tokens_cap)

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from restkv.eval.benchmarks.jsonl import Field, resolve_path, task_records
+from restkv.eval.benchmarks.jsonl import Field, task_records
 from restkv.eval.benchmarks.math.answers import extract_answer, gsm8k_reference, same_answer
-from restkv.eval.benchmarks.official import cap_new_tokens, check_task_files, load_task_files
+from restkv.eval.benchmarks.official import LocalTaskFiles, cap_new_tokens
 from restkv.eval.benchmarks.sample import Sample
 
 INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
@@ -49,7 +49,7 @@ TASKS = {
 
 
 @dataclass
-class MathBenchmark:
+class MathBenchmark(LocalTaskFiles):
     """``tasks`` of `TASKS` from ``data_dir``; ``samples`` per task (None: all); ``max_new_tokens`` overrides every
     task's answer length, ``max_new_tokens_cap`` lowers it (quick checks)."""
 
@@ -60,33 +60,14 @@ class MathBenchmark:
     max_new_tokens_cap: int | None = None
     name: str = "math"
 
+    task_names: ClassVar[tuple[str, ...]] = tuple(TASKS)
+    benchmark: ClassVar[str] = "math"
+    dataset: ClassVar[str] = "math"
+
     def __post_init__(self) -> None:
-        unknown = [task for task in self.tasks if task not in TASKS]
-        if unknown or not self.tasks:
-            raise ValueError(f"bench.tasks={self.tasks}: allowed tasks are {', '.join(TASKS)}")
-        for knob in ("samples", "max_new_tokens", "max_new_tokens_cap"):
-            value = getattr(self, knob)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"bench.{knob}={value!r} must be an integer >= 1 (or null)")
+        self.check_knobs("samples", "max_new_tokens", "max_new_tokens_cap")
 
-    @staticmethod
-    def file_name(task: str) -> str:
-        return f"{task}.jsonl"
-
-    def check_data(self) -> None:
-        """Missing task files, refused before any model loads (with the download command)."""
-        check_task_files(self.tasks, resolve_path(self.data_dir), self.file_name, hub=False, **self._files)
-
-    @property
-    def _files(self) -> dict[str, str]:
-        return {"benchmark": "math", "dataset": "math"}
-
-    def load_samples(self, tokenizer: Any) -> list[Sample]:
-        return load_task_files(
-            self.tasks, resolve_path(self.data_dir), self.file_name, self._task_samples, fallback=None, **self._files
-        )
-
-    def _task_samples(self, task: str, source: Any) -> list[Sample]:
+    def task_samples(self, task: str, source: Any) -> list[Sample]:
         spec = TASKS[task]
         fields = {spec.problem: Field((str,), "the problem (a string)"), spec.answer: Field((str, int), "the answer")}
         new_tokens = cap_new_tokens(self.max_new_tokens or spec.max_new_tokens, self.max_new_tokens_cap)
