@@ -27,6 +27,7 @@ a negative bound protects almost every token, on prompts shorter than about ``wi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -70,6 +71,8 @@ class DefensiveKV(Policy):
     """DefensiveKV with its authors' defaults: window 32, pooling kernel 5, first stage protecting 90 % of the
     attention mass, the layer's budget shared by its heads with no floor (``allocation='adakv'``, ``floor`` 0)."""
 
+    fraction_counted_per_layer: ClassVar[bool] = True
+
     kernel: int = 5
     protect_mass: float = 0.9
     gqa: str = "max"
@@ -105,11 +108,12 @@ class DefensiveKV(Policy):
         norms = norms.view(b, kv_heads, heads // kv_heads, past).mean(dim=2)
         scores = scores * (norms / norms.sum(dim=1, keepdim=True))
         before_window = float(attention[..., max(past - self.window, 0) :].sum(dim=-1).mean())
-        cap = int(past * (keep / inputs.length) - self.window)
+        share = keep / inputs.length if inputs.fraction is None else inputs.fraction  # the authors' ratio as given
+        cap = int(past * share - self.window)
         mean_attention = grouped.mean(dim=(2, 3))
         counts = first_stage_counts(mean_attention, self.protect_mass - before_window, cap)
         return protect_first_stage(scores, mean_attention, counts)
 
 
-# Layer-DefensiveKV: the same scores, one budget shared by every layer and head
-register_preset("layer_defensivekv", "defensivekv", allocation="global")
+# Layer-DefensiveKV: the same scores, one ranking of every layer's tokens, windows included (its authors' selection)
+register_preset("layer_defensivekv", "defensivekv", allocation="global_window")

@@ -37,7 +37,7 @@ from restkv.select import Budget, keep_indices
 if TYPE_CHECKING:
     from restkv.inputs import LayerInputs
 
-ALLOCATIONS = ("uniform", "adakv", "headkv", "global")
+ALLOCATIONS = ("uniform", "adakv", "headkv", "global", "global_window")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,12 @@ class HeadSelection:
 
 
 def adakv_capacities(
-    scores: torch.Tensor, base: int, floor: float, normalize: bool, ranked: torch.Tensor | None = None
+    scores: torch.Tensor,
+    base: int,
+    floor: float,
+    normalize: bool,
+    ranked: torch.Tensor | None = None,
+    shared: int | None = None,
 ) -> torch.Tensor:
     """Past tokens each head keeps under AdaKV: int64 ``[heads]`` for scores ``[heads, P]``.
 
@@ -88,18 +93,56 @@ def adakv_capacities(
     by the head's share of mass in its own top ``base``. The top ``heads x base`` of all sorted
     scores count per head (``count``), and a head keeps ``round(count * (1 - floor) + int(base *
     floor))`` (float32 arithmetic, half to even, as the reference computes it). ``ranked``: the
-    scores already sorted descending per head, when the caller has them.
+    scores already sorted descending per head, when the caller has them. ``shared``: the past tokens the heads
+    share when it is not ``heads x base`` (a fraction counted per layer, `shared_past_tokens`).
     """
     heads, past = scores.shape
     if not 0 <= base <= past:
         raise ValueError(f"AdaKV: a per-head budget of {base} past tokens does not fit {past} past tokens")
+    shared = heads * base if shared is None else shared
+    if not 0 <= shared <= heads * past:
+        raise ValueError(f"AdaKV: {shared} shared past tokens do not fit {heads} heads of {past} past tokens")
     ranked = scores.sort(dim=-1, descending=True).values if ranked is None else ranked
     if normalize:
         ranked = ranked * (ranked[:, :base].sum(dim=-1, keepdim=True) / ranked.sum(dim=-1, keepdim=True))
-    winners = ranked.reshape(-1).topk(heads * base).indices // past
+    winners = ranked.reshape(-1).topk(shared).indices // past
     counts = torch.bincount(winners, minlength=heads)
     capacity = torch.round(counts * (1 - floor) + int(base * floor)).long()
     return capacity.clamp(max=past)
+
+
+def shared_past_tokens(length: int, fraction: float, heads: int, window: int, layers: int = 1) -> int:
+    """Past tokens ``heads`` selection heads (of ``layers`` layers) share under a fraction ``fraction`` of a
+    ``length``-token prompt, counted as DefensiveKV's authors count it: ``int(length * fraction * heads * layers)``
+    tokens in all (in that order of float products), less every head's window."""
+    return max(int(length * fraction * heads * layers) - heads * layers * window, 0)
+
+
+def window_ranked_selection(scores: list[torch.Tensor], window: int, total: int) -> list[HeadSelection]:
+    """Layer-DefensiveKV's authors' selection over layers whose scores ``[heads, P]`` cover their past tokens.
+
+    Each layer's window is ranked at that layer's top score; one top-k of ``total`` over every layer's
+    ``heads x L`` positions, window included, gives each layer its count; then each layer keeps its own top-k of
+    that count over its ``heads x L`` positions. A layer may lose some of its window, or keep nothing.
+    """
+    padded = [torch.cat([layer, layer.max().expand(layer.shape[0], window)], dim=-1) for layer in scores]
+    flat = torch.stack([layer.reshape(-1) for layer in padded]) if _same_shape(padded) else None
+    if flat is None:
+        raise NotImplementedError("allocation='global_window' needs every layer's scores of one shape")
+    per_layer = flat.shape[1]
+    total = min(total, flat.numel())
+    counts = torch.bincount(flat.reshape(-1).topk(total).indices // per_layer, minlength=flat.shape[0])
+    selections = []
+    for layer, count in zip(padded, counts.tolist(), strict=True):
+        heads, length = layer.shape
+        chosen = layer.reshape(-1).topk(count).indices
+        kept = [chosen[chosen // length == head] % length for head in range(heads)]
+        selections.append(HeadSelection.from_heads([positions.sort().values for positions in kept]))
+    return selections
+
+
+def _same_shape(layers: list[torch.Tensor]) -> bool:
+    return all(layer.shape == layers[0].shape for layer in layers)
 
 
 def global_capacities(scores: list[torch.Tensor], bases: list[int]) -> list[torch.Tensor]:
@@ -302,6 +345,7 @@ class AdaKVAllocation(FromScoresAlone):
 
     floor: float
     normalize: bool
+    fraction_per_layer: bool = False
     headwise: bool = True
     fixed_per_head: bool = False
     across_layers: bool = False
@@ -310,15 +354,22 @@ class AdaKVAllocation(FromScoresAlone):
     def setting(self) -> str:
         return "allocation='adakv'"
 
+    def _shared(self, heads: int, window: int, inputs: LayerInputs, budget: Budget) -> int | None:
+        if not (self.fraction_per_layer and budget.is_ratio):
+            return None
+        return shared_past_tokens(inputs.length, float(budget.value), heads, window)
+
     def capacities(self, scores: torch.Tensor, base: int, inputs: LayerInputs, budget: Budget) -> torch.Tensor:
-        return adakv_capacities(scores, base, self.floor, self.normalize)
+        shared = self._shared(scores.shape[0], inputs.length - scores.shape[1], inputs, budget)
+        return adakv_capacities(scores, base, self.floor, self.normalize, shared=shared)
 
     def select(
         self, scores: torch.Tensor, keep: int, window: int, inputs: LayerInputs, budget: Budget
     ) -> torch.Tensor | HeadSelection:
         scores = _single_prompt(scores)
         ranked = scores.sort(dim=-1, descending=True)  # one sort serves the allocation and the selection
-        capacities = adakv_capacities(scores, keep - window, self.floor, self.normalize, ranked.values)
+        shared = self._shared(scores.shape[0], window, inputs, budget)
+        capacities = adakv_capacities(scores, keep - window, self.floor, self.normalize, ranked.values, shared)
         return top_positions(scores, capacities, window, ranked.indices)
 
 
@@ -342,11 +393,36 @@ class GlobalAllocation(FromScoresAlone):
     ) -> torch.Tensor | HeadSelection:
         raise NotImplementedError("allocation='global' selects every layer at once: use select_layers")
 
-    def select_layers(self, scores: list[torch.Tensor], keeps: list[int], window: int) -> list[HeadSelection]:
+    def select_layers(
+        self, scores: list[torch.Tensor], keeps: list[int], window: int, layers: list[LayerInputs], budget: Budget
+    ) -> list[HeadSelection]:
         """Each layer's kept positions from its reduced scores ``[b, heads, P]`` and token count ``keep``."""
         flat = [_single_prompt(layer) for layer in scores]
         capacities = global_capacities(flat, [keep - window for keep in keeps])
         return [top_positions(layer, counts, window) for layer, counts in zip(flat, capacities, strict=True)]
+
+
+@dataclass(frozen=True)
+class GlobalWindowAllocation(GlobalAllocation):
+    """Layer-DefensiveKV's authors' ranking (`window_ranked_selection`): every layer's window competes at its
+    layer's top score in one top-k over all layers, so a layer can lose part of its window."""
+
+    fraction_per_layer: bool = False
+
+    @property
+    def setting(self) -> str:
+        return "allocation='global_window'"
+
+    def select_layers(
+        self, scores: list[torch.Tensor], keeps: list[int], window: int, layers: list[LayerInputs], budget: Budget
+    ) -> list[HeadSelection]:
+        flat = [_single_prompt(layer) for layer in scores]
+        heads, count = flat[0].shape[0], len(flat)
+        if self.fraction_per_layer and budget.is_ratio:
+            total = int(layers[0].length * float(budget.value) * heads * count)
+        else:
+            total = sum(layer.shape[0] * keep for layer, keep in zip(flat, keeps, strict=True))
+        return window_ranked_selection(flat, window, total)
 
 
 @dataclass(frozen=True)
@@ -414,16 +490,26 @@ def head_file(given: str) -> Path | None:
 
 
 def allocation_of(
-    owner: str, allocation: str, floor: float, normalize: bool, head_scores: str | None, head_beta: float, gqa: str
+    owner: str,
+    allocation: str,
+    floor: float,
+    normalize: bool,
+    head_scores: str | None,
+    head_beta: float,
+    gqa: str,
+    fraction_per_layer: bool = False,
 ) -> Allocation:
-    """The stage the allocation knobs of policy ``owner`` name; a bad value or a missing head file is refused."""
+    """The stage the allocation knobs of policy ``owner`` name; a bad value or a missing head file is refused.
+    ``fraction_per_layer``: the policy counts a fractional budget per layer (`Policy.fraction_counted_per_layer`)."""
     check_choice(owner, "allocation", allocation, ALLOCATIONS)
     check_number(owner, "floor", floor, low=0, high=1, low_open=False)
     check_number(owner, "head_beta", head_beta, low=1, low_open=False)  # below 1 the least important heads go negative
     if allocation == "adakv":
-        return AdaKVAllocation(floor, normalize)
+        return AdaKVAllocation(floor, normalize, fraction_per_layer)
     if allocation == "global":
         return GlobalAllocation()
+    if allocation == "global_window":
+        return GlobalWindowAllocation(fraction_per_layer)
     if allocation != "headkv":
         if head_scores is not None:
             raise ValueError(

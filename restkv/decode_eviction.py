@@ -5,8 +5,9 @@ Prefill-only eviction bounds the prompt's cache; a long answer (a reasoning trac
 window slides with the text: the prompt's last ``window`` queries, then each decoded token's) and, after a
 decoding step's attention, when ``interval`` steps have passed since a layer was last cut or it holds more than
 ``budget + interval`` tokens, asks the policy to keep ``budget`` of the layer's tokens, prompt and answer alike,
-the most recent ``window`` always among them. Tokens keep their positions. So the cache never holds more than
-``max(budget, what the prefill kept) + interval`` tokens per layer.
+the most recent ``window`` always among them (``schedule='length'``: R-KV's authors' timing instead, a cut on the
+step after the sequence reaches a multiple of ``interval`` tokens). Tokens keep their positions. So the cache never
+holds more than ``max(budget, what the prefill kept) + interval`` tokens per layer.
 
 ``phase`` says whether the prompt is also evicted at the end of prefill (``both``) or kept whole until decoding
 cuts it (``decode``); without a `DecodeEviction` eviction is the paper's, at the end of prefill only. What cannot
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from restkv.checks import check_choice, check_number
-from restkv.choices import PHASES
+from restkv.choices import DECODE_SCHEDULES, PHASES
 from restkv.select import Budget
 
 if TYPE_CHECKING:
@@ -39,11 +40,13 @@ DECODE_PHASES = tuple(phase for phase in PHASES if phase != "prefill")
 @dataclass(frozen=True)
 class DecodeEviction:
     """Cut every layer to ``budget`` tokens (window included) every ``interval`` decoded tokens; ``phase``:
-    ``both`` (the prompt is evicted at the end of prefill too) or ``decode`` (the prompt is kept whole)."""
+    ``both`` (the prompt is evicted at the end of prefill too) or ``decode`` (the prompt is kept whole);
+    ``schedule``: when a cut is due (`DECODE_SCHEDULES`)."""
 
     budget: int
     interval: int = 32
     phase: str = "both"
+    schedule: str = "interval"
 
     def __post_init__(self) -> None:
         check_number("DecodeEviction", "budget", self.budget, low=1, low_open=False, integer=True)
@@ -54,6 +57,7 @@ class DecodeEviction:
                 f"(allowed here: {', '.join(DECODE_PHASES)})"
             )
         check_choice("DecodeEviction", "phase", self.phase, DECODE_PHASES)
+        check_choice("DecodeEviction", "schedule", self.schedule, DECODE_SCHEDULES)
 
     @property
     def evicts_prefill(self) -> bool:
@@ -105,6 +109,7 @@ class DecodeEvictor:
     log: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     """With ``trace``: per layer, its cache as positions ``[b, heads, n]`` at each decoding step's attention."""
     steps: int = 0
+    prompt_length: int = 0
 
     def start(self) -> None:
         """A new prompt: forget the previous one's state."""
@@ -112,6 +117,7 @@ class DecodeEvictor:
             state.clear()
         self.sizes.clear()
         self.steps = 0
+        self.prompt_length = 0
 
     def observe(self, layer: int, query: torch.Tensor, softcap: float | None = None) -> None:
         """Queries ``[b, h, q, d]`` of tokens just added to ``layer``: the last ``window`` are kept (a prefill's
@@ -128,6 +134,7 @@ class DecodeEvictor:
             selection = torch.arange(length, device=device).expand(1, heads, length)
         self.positions[layer] = selection
         self.since_cut[layer] = 0
+        self.prompt_length = length
 
     def step(
         self, layer: int, length: int, make_inputs: Callable[[torch.Tensor], LayerInputs], policy: Policy
@@ -144,12 +151,10 @@ class DecodeEvictor:
         if self.trace:
             self.log.setdefault(layer, []).append(held.clone())
         self.since_cut[layer] = self.since_cut.get(layer, 0) + 1
-        budget, interval = self.eviction.budget, self.eviction.interval
-        due = self.since_cut[layer] >= interval or length > budget + interval
         queries = self.queries.get(layer)
-        if length <= budget or not due or queries is None or queries.shape[2] < self.window:
+        if not self._due(layer, length) or queries is None or queries.shape[2] < self.window:
             return None
-        selection = policy.select(make_inputs(queries), Budget(budget))
+        selection = policy.select(make_inputs(queries), Budget(self.eviction.budget))
         if selection is None:
             return None
         if not isinstance(selection, torch.Tensor):
@@ -158,6 +163,13 @@ class DecodeEvictor:
         self.since_cut[layer] = 0
         self.cut.add(layer)
         return selection
+
+    def _due(self, layer: int, length: int) -> bool:
+        """Whether ``layer``, holding ``length`` tokens at this decoding step, is cut now."""
+        budget, interval = self.eviction.budget, self.eviction.interval
+        if self.eviction.schedule == "length":  # the sequence before this step: the prompt and `steps` tokens
+            return length >= budget and (self.prompt_length + self.steps) % interval == 0
+        return length > budget and (self.since_cut[layer] >= interval or length > budget + interval)
 
     def end_step(self, tokens: list[int]) -> None:
         """After a step's last evicted layer (every step reaches it): count the step, and record every layer's size

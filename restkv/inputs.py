@@ -18,6 +18,8 @@ class LayerInputs:
     ``W_o^h^T W_o^h`` matrices ``[h, d, d]`` (None when the layer has no output projection);
     ``output_weight`` lazily gives the output projection's weight ``[hidden, h * d]`` itself.
     ``softcap``: the logit soft-capping the model applies (``tanh(x / c) * c``, Gemma 2), None for none.
+    ``fraction``: the budget as the share of the prompt it was given as (``budget=0.3``), None for a token budget:
+    for scorers whose authors compute with the ratio itself rather than its rounded token count (DefensiveKV).
     """
 
     queries: torch.Tensor
@@ -29,6 +31,7 @@ class LayerInputs:
     output_gram: Callable[[], torch.Tensor] | None = None
     output_weight: Callable[[], torch.Tensor] | None = None
     softcap: float | None = None
+    fraction: float | None = None
 
     @property
     def num_heads(self) -> int:

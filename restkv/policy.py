@@ -8,7 +8,7 @@ layer's budget. Policies never touch model objects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -74,6 +74,12 @@ class Policy:
     """False for the full-cache reference."""
     allows_allocation: ClassVar[bool] = True
     """False for policies whose scores cannot rank heads against each other (position-only ones)."""
+    knobs_before_they_existed: ClassVar[dict[str, Any]] = {}
+    """Knobs added after run folders of this policy existed, at the value that reproduces those folders (a folder
+    whose identity lacks the knob resumes only where that value is the one asked for)."""
+    fraction_counted_per_layer: ClassVar[bool] = False
+    """Under a head-wise allocation and a fractional budget ``f``, whether a layer's heads share ``int(L * f * heads)``
+    tokens as their authors count them (DefensiveKV), rather than ``heads x round(f * L)``."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -163,6 +169,8 @@ class Policy:
         allocation = self.stages.allocation
         if keep >= inputs.length or allocation.keeps_whole(inputs, budget, self.window):
             return None
+        if budget.is_ratio and inputs.fraction is None:
+            inputs = replace(inputs, fraction=float(budget.value))
         scores = self.score(inputs, keep)
         past = inputs.length - self.window
         if scores.shape[-1] != past:
@@ -178,7 +186,7 @@ class Policy:
         scored = [self.layer_scores(inputs, budget) for inputs in layers]
         if any(entry is None for entry in scored):
             return [None] * len(layers)  # the prompt fits the budget: every layer keeps it whole
-        return allocation.select_layers([s for s, _ in scored], [k for _, k in scored], self.window)
+        return allocation.select_layers([s for s, _ in scored], [k for _, k in scored], self.window, layers, budget)
 
     def merged_values(self, inputs: LayerInputs, selection: object, draws: torch.Tensor | None = None) -> torch.Tensor:
         """The values to store for ``selection``: ``inputs.values``, or the merge stage's (`restkv.merge`)."""

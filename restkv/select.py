@@ -52,6 +52,19 @@ def keep_indices(scores: torch.Tensor, keep: int, window: int) -> torch.Tensor:
     return torch.cat([best, recent], dim=-1)
 
 
+def keep_in_score_order(scores: torch.Tensor, keep: int, window: int) -> torch.Tensor:
+    """Like `keep_indices`, but the ``keep - window`` past tokens in descending score order (top-k's), then the
+    window: the order in which R-KV's authors leave their cache, which their next cut reads as neighbourhood and
+    recency."""
+    b, heads, past = scores.shape
+    n_past = keep - window
+    if not 0 <= n_past <= past:
+        raise ValueError(f"cannot keep {n_past} past tokens out of {past}")
+    best = scores.topk(n_past, dim=-1).indices
+    recent = torch.arange(past, past + window, device=scores.device).expand(b, heads, window)
+    return torch.cat([best, recent], dim=-1)
+
+
 def gather_positions(states: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """Select ``indices`` ``[b, heads, n]`` along the sequence axis of ``[b, heads', L, d]``.
 

@@ -78,6 +78,7 @@ def resolve_stages(policy: PolicyKnobs) -> Stages:
             policy.head_scores,
             policy.head_beta,
             policy.gqa,
+            type(policy).fraction_counted_per_layer,
         ),
         merge=merge_of(owner, policy.merge, policy.merge_start, policy.merge_seed),
         key_pruning=key_pruning_of(owner, policy.think_ratio, policy.think_recent),

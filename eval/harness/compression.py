@@ -2,7 +2,8 @@
 
 ``compression.phase=prefill`` (the default, the paper's protocol) evicts once, at the end of the prompt;
 ``decode`` keeps the prompt whole and cuts every layer to ``compression.decode_budget`` tokens every
-``compression.decode_interval`` decoded tokens; ``both`` does the two (`restkv.decode_eviction`). Decode-time
+``compression.decode_interval`` decoded tokens (``compression.decode_schedule=length``: R-KV's authors' timing);
+``both`` does the two (`restkv.decode_eviction`). Decode-time
 eviction runs in the model's own decoding loop, one prompt at a time: the static and recorded decoders
 preallocate a cache that cannot shrink, so asking for them is refused by name.
 """
@@ -22,6 +23,11 @@ def decode_eviction_of(cfg: Any, policy: Policy, quantization: Quantization) -> 
     phase = settings.get("phase", "prefill")
     budget = settings.get("decode_budget")
     if phase == "prefill":
+        if settings.get("decode_schedule", "interval") != "interval":
+            raise ValueError(
+                f"compression.decode_schedule={settings.get('decode_schedule')!r} is set but compression.phase="
+                "'prefill' evicts at the end of the prompt only: add compression.phase=decode (or both)"
+            )
         if budget is not None:
             raise ValueError(
                 f"compression.decode_budget={budget} is set but compression.phase='prefill' evicts at the end of "
@@ -33,7 +39,8 @@ def decode_eviction_of(cfg: Any, policy: Policy, quantization: Quantization) -> 
             f"compression.phase={phase!r} evicts during decoding and needs compression.decode_budget (tokens each "
             "layer keeps, window included)"
         )
-    eviction = DecodeEviction(budget, settings.get("decode_interval", 32), phase)
+    interval, schedule = settings.get("decode_interval", 32), settings.get("decode_schedule", "interval")
+    eviction = DecodeEviction(budget, interval, phase, schedule)
     check_decode_eviction(policy, eviction, cfg.get("layout", "auto"), quantization if quantization.enabled else None)
     decode, batch = cfg.get("decode", "auto"), cfg.get("decode_batch", "auto")
     if decode in ("static", "graph"):

@@ -39,7 +39,7 @@ from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer
 from restkv.eval.models.placement import check_device_map
 from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model, model_spec
 from restkv.quantize import Quantization
-from restkv.registry import policy_defaults
+from restkv.registry import policy_defaults, resolve_policy
 from restkv.storage import check_storage
 
 if not OmegaConf.has_resolver("range_list"):
@@ -309,7 +309,7 @@ def decode_summary(records: list[dict[str, Any]], setting: str, batch: int | str
 ADDED_SETTINGS = {
     "layout": "auto",
     "quantization": asdict(Quantization()),
-    "compression": {"phase": "prefill", "decode_budget": None, "decode_interval": 32},
+    "compression": {"phase": "prefill", "decode_budget": None, "decode_interval": 32, "decode_schedule": "interval"},
 }
 """Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
 
@@ -320,6 +320,7 @@ def added_defaults(policy: str, identity: dict[str, Any]) -> dict[tuple, Any]:
     files read now; see `restkv.eval.harness.identity`)."""
     try:
         knobs = policy_defaults(policy)
+        knobs.update(getattr(resolve_policy(policy)[0], "knobs_before_they_existed", {}))
     except ValueError:
         knobs = {}
     defaults: dict[tuple, Any] = {("config", "policy", k): v for k, v in knobs.items()}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from restkv.budget import Budget
-from restkv.choices import DECODE_PATHS, LAYOUTS, PHASES
+from restkv.choices import DECODE_PATHS, DECODE_SCHEDULES, LAYOUTS, PHASES
 from restkv.eval.harness.choices import ON_CHANGE, PROTOCOLS
 
 
@@ -154,7 +154,7 @@ def check_decode_batch(value: Any) -> None:
         raise ValueError(f"decode_batch={value!r} is not allowed; use auto or an integer >= 1 (1: one prompt a step)")
 
 
-COMPRESSION_KEYS = ("phase", "decode_budget", "decode_interval")
+COMPRESSION_KEYS = ("phase", "decode_budget", "decode_interval", "decode_schedule")
 
 
 def check_compression(value: Any) -> None:
@@ -168,6 +168,7 @@ def check_compression(value: Any) -> None:
             allowed = ", ".join(COMPRESSION_KEYS)
             raise ValueError(f"compression.{key} is not a setting; allowed: {allowed}{suggest(key, COMPRESSION_KEYS)}")
     _one_of("compression.phase", PHASES)(value.get("phase", "prefill"))
+    _one_of("compression.decode_schedule", DECODE_SCHEDULES)(value.get("decode_schedule", "interval"))
     for key, optional in (("decode_budget", True), ("decode_interval", False)):
         number = value.get(key, None if optional else 32)
         if number is None and optional:

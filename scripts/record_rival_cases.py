@@ -1,0 +1,506 @@
+"""Record what the DefensiveKV and R-KV authors' own selection code keeps, on inputs generated here.
+
+    python scripts/record_rival_cases.py --defensivekv /path/to/DefensiveKV --rkv /path/to/R-KV \\
+        --out /path/to/rivals-full --subset-out tests/golden
+
+Both paths are checkouts (or exported trees) of the authors' public repositories at the commits in `SOURCES`; every
+file read from them is checked against its git blob hash at that commit before it is run, so a different version is
+refused. Nothing of theirs is copied: their files are imported from the checkout, on CPU, in float32.
+
+* DefensiveKV (FFY0/DefensiveKV): the real `EfficientDefensiveKVPress.compress` (one layer) and
+  `EfficientLayerDefensiveKVPress.compress` (every layer; the call on the last layer runs their global top-k and
+  `layer_compress` per layer), on their own flattened cache (`DynamicCacheSplitHeadFlatten.update`, prefill path,
+  with its `MetaData`). Their `score` calls `vwl1norm_triton`, whose fused kernel (`kvpress/ops/vw_norm.py`) needs
+  triton: that module is replaced by a stub and each press's `vwl1norm_triton` by the same class's pure-torch
+  `vwl1norm` (their own per-head loop computing the same L1 norms of `W_o^h v`). `attentions` is None (their runs
+  use flash attention, so `compute_window_attention` computes the window attention). The fake attention module has
+  an identity `q_proj`, the window queries as the last hidden states and identity RoPE (cos 1, sin 0), so the
+  recorded `queries` are exactly what their code multiplies with the keys. Kept positions are read back by matching
+  the returned value rows with the input rows of the same head (value rows are checked to be unique).
+* R-KV (Zefan-Cai/R-KV): the real `R1KV.update_kv` (`rkv/compression/r1_kv.py`, with `rkv/utils.py`). Values carry
+  the absolute position in channel 0 (R-KV never reads values), so the returned values give the kept positions in
+  the order their cache holds them (top-k score order, then the window). `rkv_loop` emulates their decode loop from
+  `rkv/modeling.py`: `LlamaAttention_forward` lines 101-172 (query cache, the `compression` flag's three branches)
+  and `CausalLM_forward` lines 560-563 (`length`) and 600-610 (`is_newline = length % divide_length == 0`, set for
+  the next forward), with `run_math.py`'s defaults (`divide_method=step_length`, `divide_length=128`,
+  `retain_ratio=0.2`, `retain_direction=last`, `mix_lambda=0.07`). Decode step k (k >= 1) is the forward that
+  appends the k-th generated token's key (absolute position prompt_len + k - 1); step 0 is the prefill. A fresh
+  state per loop (flag None, `length` unset) is the state of the first sample of their run.
+
+Output: per family `rivals_<family>.json` + `.safetensors` (format in tests/golden/README.md), the full set in
+``--out`` and a subset (every regime once, small cases first, about a third, ~3 MB in all) in ``--subset-out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+SOURCES = {
+    "defensivekv": {
+        "repository": "FFY0/DefensiveKV",
+        "commit": "9251b95e7e282a6c18dd98ef6318dd489e639a58",
+        "files": {
+            "kvpress/ada_cache.py": "",
+            "kvpress/presses/base_press.py": "",
+            "kvpress/presses/scorer_press.py": "",
+            "kvpress/presses/efficient_ada_scorer_press.py": "",
+            "kvpress/presses/efficient_ada_global_scorer_press.py": "",
+            "kvpress/presses/efficient_defensivekv_press.py": "",
+            "kvpress/presses/efficient_layer_defensivekv_press.py": "",
+        },
+    },
+    "rkv": {
+        "repository": "Zefan-Cai/R-KV",
+        "commit": "d15c9767e67c2bd9807128fecc35223fa2484a69",
+        "files": {"rkv/utils.py": "", "rkv/compression/r1_kv.py": "", "rkv/modeling.py": "", "run_math.py": ""},
+    },
+}
+"""The authors' repositories, the commits recorded, and the git blob hash of each file read at that commit."""
+
+REGIMES = ("gaussian", "spiky", "heavy", "duplicated")
+WINDOW_DKV, KERNEL_DKV = 32, 5
+RKV = {"window_size": 8, "kernel_size": 7, "mix_lambda": 0.07, "retain_ratio": 0.2, "retain_direction": "last"}
+DIVIDE_LENGTH = 128
+STEP_DEFINITION = (
+    "decode step k >= 1 is the forward that appends the k-th generated token's key (absolute position "
+    "prompt_len + k - 1); step 0 is the prefill. update_kv runs at step 0 (flag None) and at every step k whose "
+    "previous forward left length % divide_length == 0, i.e. (prompt_len + k - 1) % divide_length == 0, after the "
+    "new key is appended; it evicts only when the cache holds at least `budget` tokens"
+)
+
+
+def blob_hash(path: Path) -> str:
+    """Git's blob id of a file (sha1 of ``blob <size>\\0<content>``): checks an exported tree without git."""
+    data = path.read_bytes()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def check_tree(root: Path, which: str) -> None:
+    """Refuse a checkout whose files differ from the recorded commit's."""
+    for rel, expected in SOURCES[which]["files"].items():
+        path = root / rel
+        if not path.is_file():
+            raise SystemExit(f"--{which} {root}: no file {rel}; give a checkout of {SOURCES[which]['repository']}")
+        if blob_hash(path) != expected:
+            raise SystemExit(f"{path}: blob {blob_hash(path)} is not {expected} (commit {SOURCES[which]['commit']})")
+
+
+@contextlib.contextmanager
+def isolated_packages(prefix: str, stubs: dict[str, types.ModuleType]):
+    """Put stub packages named ``prefix*`` in sys.modules while the authors' files import, then restore the
+    previous entries (an installed `kvpress` or `rkv` stays untouched for the rest of the process)."""
+    saved = {name: mod for name, mod in sys.modules.items() if name == prefix or name.startswith(prefix + ".")}
+    for name in saved:
+        del sys.modules[name]
+    sys.modules.update(stubs)
+    try:
+        yield
+    finally:
+        for name in [n for n in sys.modules if n == prefix or n.startswith(prefix + ".")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def package(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__path__ = []  # a package: submodules are added by hand
+    return mod
+
+
+def load(name: str, path: Path) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def load_defensivekv(root: Path) -> dict:
+    """Their cache class and both presses, imported from ``root`` with `kvpress.ops.vw_norm` stubbed."""
+    vw = types.ModuleType("kvpress.ops.vw_norm")
+
+    def vw_l1norm(*_args, **_kwargs):
+        raise NotImplementedError("the triton kernel is not run here; the press's own vwl1norm is used")
+
+    vw.vw_l1norm = vw_l1norm
+    stubs = {n: package(n) for n in ("kvpress", "kvpress.presses", "kvpress.ops")} | {vw.__name__: vw}
+    with isolated_packages("kvpress", stubs):
+        mods = {rel: load(rel[:-3].replace("/", "."), root / rel) for rel in SOURCES["defensivekv"]["files"]}
+    return {
+        "cache": mods["kvpress/ada_cache.py"].DynamicCacheSplitHeadFlatten,
+        "one": mods["kvpress/presses/efficient_defensivekv_press.py"].EfficientDefensiveKVPress,
+        "layer": mods["kvpress/presses/efficient_layer_defensivekv_press.py"].EfficientLayerDefensiveKVPress,
+    }
+
+
+def load_rkv(root: Path) -> type:
+    """Their `R1KV` class, imported from ``root`` (their `rkv/compression/__init__.py` imports modules absent at
+    this commit, so the package is a stub carrying the two helpers it re-exports from `rkv/utils.py`)."""
+    stubs = {n: package(n) for n in ("rkv", "rkv.compression")}
+    with isolated_packages("rkv", stubs):
+        utils = load("rkv.utils", root / "rkv/utils.py")
+        stubs["rkv.compression"].cal_similarity = utils.cal_similarity
+        stubs["rkv.compression"].compute_attention_scores = utils.compute_attention_scores
+        return load("rkv.compression.r1_kv", root / "rkv/compression/r1_kv.py").R1KV
+
+
+# ---------------------------------------------------------------------------------------------------- inputs
+@dataclass
+class Shape:
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g, dtype=torch.float32)
+
+
+def make_qk(g: torch.Generator, regime: str, s: Shape, n_keys: int, n_q: int, q_scale: float = 1.0):
+    """Queries [1, heads, n_q, d] (the last n_q positions) and keys [1, kv, n_keys, d] of one regime: `gaussian`;
+    `spiky` (a few keys aligned with a direction every query of their group shares); `heavy` (Student-t keys, 3 dof);
+    `duplicated` (an eighth of the keys exact copies, another eighth near-copies (noise 1e-3) of earlier keys)."""
+    group = s.heads // s.kv_heads
+    q = randn(g, 1, s.heads, n_q, s.head_dim)
+    k = randn(g, 1, s.kv_heads, n_keys, s.head_dim)
+    if regime == "spiky":
+        topic = randn(g, 1, s.kv_heads, 1, s.head_dim)
+        topic = topic / topic.norm(dim=-1, keepdim=True) * s.head_dim**0.5
+        q = q + 0.6 * topic.repeat_interleave(group, dim=1)
+        spikes = torch.randperm(n_keys, generator=g)[: int(torch.randint(3, 9, (1,), generator=g))]
+        k[:, :, spikes] = 1.5 * topic + 0.1 * randn(g, 1, s.kv_heads, len(spikes), s.head_dim)
+    elif regime == "heavy":
+        chi = randn(g, 1, s.kv_heads, n_keys, 3).pow(2).mean(-1, keepdim=True)
+        k = k / chi.sqrt()
+    elif regime == "duplicated":
+        n = max(2, n_keys // 8)
+        dst = torch.randperm(n_keys - 1, generator=g)[: 2 * n] + 1
+        src = (torch.rand(2 * n, generator=g) * dst).long()
+        for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
+            noise = 0.0 if i < n else 1e-3 * randn(g, 1, s.kv_heads, s.head_dim)
+            k[:, :, b] = k[:, :, a] + noise
+    return q * q_scale, k
+
+
+def make_values(g: torch.Generator, s: Shape, n: int) -> torch.Tensor:
+    """Values whose norms vary by token (log-normal), as DefensiveKV reads their projected norms."""
+    return randn(g, 1, s.kv_heads, n, s.head_dim) * torch.exp(0.5 * randn(g, 1, s.kv_heads, n, 1))
+
+
+# ---------------------------------------------------------------------------------------------------- DefensiveKV
+class FakeConfig:
+    def __init__(self, s: Shape, layers: int):
+        self.num_attention_heads, self.num_key_value_heads, self.head_dim = s.heads, s.kv_heads, s.head_dim
+        self.hidden_size, self.num_hidden_layers = s.heads * s.head_dim, layers
+
+
+class FakeAttention(nn.Module):
+    """The attributes their presses read from a Llama attention layer: config, head_dim, layer_idx,
+    num_key_value_groups, q_proj (identity: the hidden states are the queries) and o_proj."""
+
+    def __init__(self, s: Shape, layer_idx: int, layers: int, o_weight: torch.Tensor):
+        super().__init__()
+        hidden = s.heads * s.head_dim
+        self.config, self.head_dim, self.layer_idx = FakeConfig(s, layers), s.head_dim, layer_idx
+        self.num_key_value_groups = s.heads // s.kv_heads
+        self.q_proj = nn.Linear(hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+        with torch.no_grad():
+            self.q_proj.weight.copy_(torch.eye(hidden))
+            self.o_proj.weight.copy_(o_weight)
+
+
+def dkv_layer_inputs(g: torch.Generator, regime: str, s: Shape, seq_len: int, q_scale: float) -> dict:
+    q, k = make_qk(g, regime, s, seq_len, WINDOW_DKV, q_scale)
+    hidden = s.heads * s.head_dim
+    return {"q": q, "keys": k, "values": make_values(g, s, seq_len), "o": randn(g, hidden, hidden) / hidden**0.5}
+
+
+def run_dkv(classes: dict, layer: bool, s: Shape, layers: list[dict], ratio: float):
+    """Run their press over every layer as their forward hook would (prefill), return per layer the kept mask
+    [kv, L], their flattened scores and the window queries their code computed."""
+    n, seq_len = len(layers), layers[0]["keys"].shape[2]
+    press = classes["layer" if layer else "one"](compression_ratio=ratio, window_size=WINDOW_DKV, kernel_size=KERNEL_DKV)
+    press.vwl1norm_triton = press.vwl1norm  # their pure-torch twin of the triton path (see the docstring)
+    captured = []
+    score = press.score
+
+    def capture(*args, **kwargs):
+        out = score(*args, **kwargs)
+        captured.append(out.clone())
+        return out
+
+    press.score = capture
+    cache = classes["cache"]()
+    cos, sin = torch.ones(1, seq_len, s.head_dim), torch.zeros(1, seq_len, s.head_dim)
+    modules, queries = [], []
+    for idx, lay in enumerate(layers):
+        cache.update(lay["keys"], lay["values"], idx)
+        module = FakeAttention(s, idx, n, lay["o"])
+        hidden_states = torch.zeros(1, seq_len, s.heads * s.head_dim)
+        hidden_states[0, -WINDOW_DKV:] = lay["q"][0].transpose(0, 1).reshape(WINDOW_DKV, -1)
+        modules.append((module, hidden_states))
+        with torch.no_grad():
+            qs = module.q_proj(hidden_states[:, -WINDOW_DKV:]).view(1, WINDOW_DKV, s.heads, s.head_dim)
+        queries.append(qs.transpose(1, 2).contiguous())
+    for idx, (module, hidden_states) in enumerate(modules):
+        kwargs = {"past_key_values": cache, "position_embeddings": (cos, sin)}
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):  # layer_compress prints a warning
+            keys, values = press.compress(module, hidden_states, cache.key_cache[idx], cache.value_cache[idx], None, kwargs)
+        cache.key_cache[idx], cache.value_cache[idx] = keys, values  # what their forward_hook does
+    masks = [kept_mask(lay["values"], cache.value_cache[i], cache.metadata_list[i].head_lens) for i, lay in enumerate(layers)]
+    return masks, captured, queries
+
+
+def kept_mask(values: torch.Tensor, flat: torch.Tensor, head_lens: torch.Tensor) -> torch.Tensor:
+    """Which positions their flattened cache kept, per head: each returned row matched to its input row."""
+    kv, seq_len = values.shape[1], values.shape[2]
+    mask, start = torch.zeros(kv, seq_len, dtype=torch.uint8), 0
+    for h, length in enumerate(head_lens.reshape(-1).tolist()):
+        rows = {values[0, h, p].numpy().tobytes(): p for p in range(seq_len)}
+        if len(rows) != seq_len:
+            raise RuntimeError("value rows of a head are not unique: kept positions cannot be read back")
+        for row in flat[start : start + length]:
+            mask[h, rows[row.numpy().tobytes()]] = 1
+        start += length
+    if start != flat.shape[0]:
+        raise RuntimeError(f"head lengths sum to {start}, the cache holds {flat.shape[0]} rows")
+    return mask
+
+
+def tie_at_cutoff(scores: torch.Tensor, k: int) -> bool:
+    """Whether the k-th and (k+1)-th largest scores are equal (then which one is kept is torch.topk's choice)."""
+    flat = scores.reshape(-1).sort(descending=True).values
+    return 0 < k < flat.numel() and bool(flat[k - 1] == flat[k])
+
+
+def dkv_case(classes: dict, i: int, layer: bool, tensors: dict) -> dict:
+    g = torch.Generator().manual_seed((20_000 if layer else 10_000) + i)
+    heads, kv = [(4, 2), (8, 2), (8, 4), (4, 4), (6, 2)][i % 5]
+    s = Shape(heads, kv, [64, 32, 64, 32, 128][(i // 2) % 5])
+    seq_len = [100, 160, 256, 333, 420, 600, 200, 130][i % 8]
+    ratio = [0.3, 0.55, 0.7, 0.875, 0.5, 0.25, 0.8][i % 7]
+    n = [3, 4, 5, 6, 3][i % 5] if layer else 1
+    regimes = [REGIMES[(i + j) % 4] for j in range(n)]
+    scales = [[1.0, 0.3, 2.5, 1.0, 0.6, 4.0][(i + 2 * j) % 6] for j in range(n)] if layer else [1.0]
+    layers = [dkv_layer_inputs(g, r, s, seq_len, sc) for r, sc in zip(regimes, scales, strict=True)]
+    masks, scores, queries = run_dkv(classes, layer, s, layers, ratio)
+    name = f"{'layer_' if layer else ''}defensivekv_{i:02d}"
+    case = {
+        "name": name, "seed": (20_000 if layer else 10_000) + i, "regime": regimes if layer else regimes[0],
+        "num_attention_heads": heads, "num_key_value_heads": kv, "seq_len": seq_len, "head_dim": s.head_dim,
+        "hidden_size": heads * s.head_dim, "window_size": WINDOW_DKV, "kernel_size": KERNEL_DKV,
+        "compression_ratio": ratio, "keep_fraction": 1 - ratio,
+        "stage1_count_max": int((seq_len - WINDOW_DKV) * (1 - ratio) - WINDOW_DKV),
+    }  # fmt: skip
+    window = slice(seq_len - WINDOW_DKV, None)
+    if layer:
+        case |= {
+            "num_hidden_layers": n, "query_scale": scales,
+            "kept_per_layer": [int(m.sum()) for m in masks],
+            "window_kept_per_layer": [int(m[:, window].sum()) for m in masks],
+            "tie_at_global_cutoff": tie_at_cutoff(torch.stack(scores), sum(int(m.sum()) for m in masks)),
+            "tie_at_layer_cutoff": [tie_at_cutoff(sc, int(m.sum())) for sc, m in zip(scores, masks, strict=True)],
+        }  # fmt: skip
+    else:
+        case |= {
+            "kept_per_head": masks[0].sum(1).tolist(), "window_kept_per_head": masks[0][:, window].sum(1).tolist(),
+            "tie_at_cutoff": tie_at_cutoff(scores[0], int(masks[0].sum())),
+        }  # fmt: skip
+    for idx, (lay, mask, sc, q) in enumerate(zip(layers, masks, scores, queries, strict=True)):
+        prefix = f"{name}.L{idx}." if layer else f"{name}."
+        tensors |= {prefix + "queries": q, prefix + "keys": lay["keys"], prefix + "values": lay["values"]}
+        tensors |= {prefix + "o_proj_weight": lay["o"], prefix + "kept": mask, prefix + "scores": sc}
+    return case
+
+
+# ---------------------------------------------------------------------------------------------------- R-KV
+def rkv_values(g: torch.Generator, s: Shape, n: int) -> torch.Tensor:
+    """Random values whose channel 0 is the absolute position (exact in float32 below 2**24)."""
+    values = randn(g, 1, s.kv_heads, n, s.head_dim)
+    values[..., 0] = torch.arange(n, dtype=torch.float32)
+    return values
+
+
+def rkv_cluster(r1kv: type, budget: int):
+    return r1kv(budget=budget, first_tokens=4, **RKV)  # run_math.py passes first_tokens; R1KV ignores it
+
+
+def positions(values: torch.Tensor) -> torch.Tensor:
+    return values[..., 0].round().long()
+
+
+def rkv_select_case(r1kv: type, i: int, tensors: dict) -> dict:
+    seed = 30_000 + i
+    g = torch.Generator().manual_seed(seed)
+    heads, kv = [(4, 2), (8, 2), (8, 4), (4, 4), (6, 3)][i % 5]
+    s = Shape(heads, kv, [64, 32, 64, 128, 32][(i // 3) % 5])
+    budget = [64, 128, 96, 192, 256][i % 5]
+    seq_len = budget if i % 13 == 7 else max(budget + 1, [100, 180, 257, 300, 420, 600, 150][i % 7])
+    regime = REGIMES[i % 4]
+    q, k = make_qk(g, regime, s, seq_len, RKV["window_size"], [1.0, 2.0, 0.5][i % 3])
+    values = rkv_values(g, s, seq_len)
+    _, out = rkv_cluster(r1kv, budget).update_kv(k, q, values)
+    name = f"rkv_select_{i:02d}"
+    tensors |= {f"{name}.queries": q, f"{name}.keys": k, f"{name}.values": values, f"{name}.kept": positions(out)}
+    return {
+        "name": name, "seed": seed, "regime": regime, "num_attention_heads": heads, "num_key_value_heads": kv,
+        "seq_len": seq_len, "head_dim": s.head_dim, "budget": budget, **RKV, "query_scale": [1.0, 2.0, 0.5][i % 3],
+    }  # fmt: skip
+
+
+def rkv_loop(r1kv: type, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prompt: int, steps: int, budget: int):
+    """Their decode loop for one sample and one layer, from a fresh state; returns the cuts as
+    (step, cache length at the call, kept positions in cache order) and the steps whose update_kv evicted nothing."""
+    cluster, w = rkv_cluster(r1kv, budget), RKV["window_size"]
+    cuts, idle = [], []
+    # prefill forward: CausalLM_forward sets length (l. 560-561); attention: query cache = last window queries
+    # (l. 105-113); flag None -> update_kv on the prompt's keys, its result stored (l. 130-143)
+    length, query_cache = prompt, q[:, :, prompt - w : prompt]
+    ck, cv = cluster.update_kv(k[:, :, :prompt], query_cache, v[:, :, :prompt])
+    (cuts.append((0, prompt, positions(cv))) if prompt >= budget else idle.append(0))
+    flag = length % DIVIDE_LENGTH == 0  # l. 600-610, read by the next forward
+    for step in range(1, steps + 1):
+        pos = prompt + step - 1  # the k-th generated token's position
+        length += 1  # l. 563
+        query_cache = torch.cat([query_cache, q[:, :, pos : pos + 1]], dim=2)[:, :, -w:]  # l. 115-125
+        ck, cv = torch.cat([ck, k[:, :, pos : pos + 1]], dim=2), torch.cat([cv, v[:, :, pos : pos + 1]], dim=2)
+        if flag:  # l. 152-168: cache update first, then update_kv on the whole cache, result replaces the cache
+            before = ck.shape[2]
+            ck, cv = cluster.update_kv(ck, query_cache, cv)
+            (cuts.append((step, before, positions(cv))) if before >= budget else idle.append(step))
+        flag = length % DIVIDE_LENGTH == 0
+    return cuts, idle
+
+
+def steps_for_cuts(prompt: int, n_cuts: int) -> int:
+    """Decode steps needed for n_cuts decode-time calls of update_kv (the schedule in STEP_DEFINITION)."""
+    steps, seen = 0, 0
+    while seen < n_cuts:
+        steps += 1
+        seen += (prompt + steps - 1) % DIVIDE_LENGTH == 0
+    return steps
+
+
+def rkv_loop_case(r1kv: type, i: int, tensors: dict) -> dict:
+    seed = 40_000 + i
+    g = torch.Generator().manual_seed(seed)
+    heads, kv = [(4, 2), (8, 2), (4, 4), (8, 4)][i % 4]
+    s = Shape(heads, kv, [32, 64, 32, 64, 128][i % 5])
+    prompt = [150, 300, 600, 700, 256, 450, 180, 520, 640, 333][i % 10]
+    budget = [128, 192, 256][i % 3]
+    steps = steps_for_cuts(prompt, 4 if prompt >= budget else 5) + 3
+    total, regime = prompt + steps, REGIMES[i % 4]
+    q, k = make_qk(g, regime, s, total, total)
+    if i % 2:  # decoded tokens' keys: some near-copies of earlier keys
+        for pos in torch.randperm(steps, generator=g)[: steps // 10].add(prompt).tolist():
+            src = int(torch.randint(0, pos, (1,), generator=g))
+            k[:, :, pos] = k[:, :, src] + 1e-3 * randn(g, 1, kv, s.head_dim)
+    values = rkv_values(g, s, total)
+    cuts, idle = rkv_loop(r1kv, q, k, values, prompt, steps, budget)
+    name = f"rkv_loop_{i:02d}"
+    tensors |= {f"{name}.queries": q, f"{name}.keys": k, f"{name}.values": values}
+    tensors |= {f"{name}.cut{c}.kept": kept for c, (_, _, kept) in enumerate(cuts)}
+    return {
+        "name": name, "seed": seed, "regime": regime, "decoded_near_copies": bool(i % 2),
+        "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": s.head_dim, "prompt_len": prompt,
+        "steps": steps, "total": total, "budget": budget, **RKV, "divide_method": "step_length",
+        "divide_length": DIVIDE_LENGTH, "cut_steps": [c[0] for c in cuts], "cut_cache_lens": [c[1] for c in cuts],
+        "update_kv_steps_without_cut": idle,
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------- output
+FAMILIES = ("defensivekv", "layer_defensivekv", "rkv_select", "rkv_loop")
+SUBSET_BYTES = {"defensivekv": 700_000, "layer_defensivekv": 900_000, "rkv_select": 500_000, "rkv_loop": 1_000_000}
+
+
+def case_bytes(tensors: dict, name: str) -> int:
+    return sum(t.numel() * t.element_size() for key, t in tensors.items() if key.split(".", 1)[0] == name)
+
+
+def subset(cases: list[dict], tensors: dict, family: str) -> list[dict]:
+    """Every regime once (its smallest case), then the smallest others up to a third, within the byte budget."""
+    by_size = sorted(cases, key=lambda c: case_bytes(tensors, c["name"]))
+    chosen, regimes = [], set()
+    for case in by_size:
+        key = json.dumps([case["regime"], case.get("decoded_near_copies")])
+        if key not in regimes:
+            regimes.add(key)
+            chosen.append(case)
+    for case in by_size:
+        total = sum(case_bytes(tensors, c["name"]) for c in chosen)
+        if len(chosen) * 3 >= len(cases) or total + case_bytes(tensors, case["name"]) > SUBSET_BYTES[family]:
+            break
+        if case not in chosen:
+            chosen.append(case)
+    return sorted(chosen, key=lambda c: c["name"])
+
+
+def write(folder: Path, family: str, cases: list[dict], tensors: dict, full_count: int | None) -> None:
+    from safetensors.torch import save_file
+
+    which = "rkv" if family.startswith("rkv") else "defensivekv"
+    src = SOURCES[which]
+    names = {c["name"] for c in cases}
+    index = {
+        "source": {"repository": src["repository"], "commit": src["commit"], "files": list(src["files"])},
+        "recorded_by": "scripts/record_rival_cases.py",
+    }
+    if family == "rkv_loop":
+        index["decode_step"] = STEP_DEFINITION
+    if full_count is not None:
+        index["subset_of"] = f"a subset: {len(cases)} of the full set's {full_count} cases"
+    index["cases"] = cases
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = {k: t.contiguous() for k, t in tensors.items() if k.split(".", 1)[0] in names}
+    save_file(kept, str(folder / f"rivals_{family}.safetensors"))
+    (folder / f"rivals_{family}.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--defensivekv", type=Path, required=True, help="checkout of FFY0/DefensiveKV")
+    parser.add_argument("--rkv", type=Path, required=True, help="checkout of Zefan-Cai/R-KV")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the full set")
+    parser.add_argument("--subset-out", type=Path, help="folder for the subset (e.g. tests/golden)")
+    parser.add_argument("--counts", type=int, nargs=4, default=[30, 20, 40, 10], metavar="N", help=" ".join(FAMILIES))
+    args = parser.parse_args()
+    if min(args.counts) < 1:
+        raise SystemExit(f"--counts {args.counts}: every count must be at least 1")
+    check_tree(args.defensivekv, "defensivekv")
+    check_tree(args.rkv, "rkv")
+    torch.set_num_threads(1)
+    dkv, r1kv = load_defensivekv(args.defensivekv), load_rkv(args.rkv)
+    makers = {
+        "defensivekv": lambda i, t: dkv_case(dkv, i, False, t),
+        "layer_defensivekv": lambda i, t: dkv_case(dkv, i, True, t),
+        "rkv_select": lambda i, t: rkv_select_case(r1kv, i, t),
+        "rkv_loop": lambda i, t: rkv_loop_case(r1kv, i, t),
+    }
+    for family, count in zip(FAMILIES, args.counts, strict=True):
+        tensors: dict[str, torch.Tensor] = {}
+        cases = [makers[family](i, tensors) for i in range(count)]
+        write(args.out, family, cases, tensors, None)
+        line = f"{family}: {len(cases)} cases -> {args.out}"
+        if args.subset_out is not None:
+            part = subset(cases, tensors, family)
+            write(args.subset_out, family, part, tensors, len(cases))
+            line += f"; {len(part)} -> {args.subset_out}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
