@@ -52,19 +52,24 @@ SOURCES = {
         "repository": "FFY0/DefensiveKV",
         "commit": "9251b95e7e282a6c18dd98ef6318dd489e639a58",
         "files": {
-            "kvpress/ada_cache.py": "",
-            "kvpress/presses/base_press.py": "",
-            "kvpress/presses/scorer_press.py": "",
-            "kvpress/presses/efficient_ada_scorer_press.py": "",
-            "kvpress/presses/efficient_ada_global_scorer_press.py": "",
-            "kvpress/presses/efficient_defensivekv_press.py": "",
-            "kvpress/presses/efficient_layer_defensivekv_press.py": "",
+            "kvpress/ada_cache.py": "b56d8962e942be5fc3d979c6ea1eafb822e7db56",
+            "kvpress/presses/base_press.py": "20cd98c2444e4d8380dff97c64222b576ec90b3b",
+            "kvpress/presses/scorer_press.py": "eb249c9cee227e84c04a17a36b260cffac403460",
+            "kvpress/presses/efficient_ada_scorer_press.py": "eea1211ebce4e8025ea2a6b2b7e9f55f60071ef6",
+            "kvpress/presses/efficient_ada_global_scorer_press.py": "ea80be454fe613cd0f21c6e52ef61547b25579c1",
+            "kvpress/presses/efficient_defensivekv_press.py": "0071610b6c74022e24f6bb8b9d7d4cb8a3c15336",
+            "kvpress/presses/efficient_layer_defensivekv_press.py": "2827daaa8a274bbbc81ea11e6e3e380b11b0102f",
         },
     },
     "rkv": {
         "repository": "Zefan-Cai/R-KV",
         "commit": "d15c9767e67c2bd9807128fecc35223fa2484a69",
-        "files": {"rkv/utils.py": "", "rkv/compression/r1_kv.py": "", "rkv/modeling.py": "", "run_math.py": ""},
+        "files": {
+            "rkv/utils.py": "43c06252fcfecc98bba46ca7cb5615437ae9ce72",
+            "rkv/compression/r1_kv.py": "a4f75877f81dab49253f2369d32d281b791b4841",
+            "rkv/modeling.py": "c354bddc6152821bad6392086814cd30d46ce826",
+            "run_math.py": "fed8353109f5e86b5a45c55b93ed286e4b815547",
+        },
     },
 }
 """The authors' repositories, the commits recorded, and the git blob hash of each file read at that commit."""
@@ -169,28 +174,25 @@ def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
 
 
 def make_qk(g: torch.Generator, regime: str, s: Shape, n_keys: int, n_q: int, q_scale: float = 1.0):
-    """Queries [1, heads, n_q, d] (the last n_q positions) and keys [1, kv, n_keys, d] of one regime: `gaussian`;
-    `spiky` (a few keys aligned with a direction every query of their group shares); `heavy` (Student-t keys, 3 dof);
-    `duplicated` (an eighth of the keys exact copies, another eighth near-copies (noise 1e-3) of earlier keys)."""
-    group = s.heads // s.kv_heads
-    q = randn(g, 1, s.heads, n_q, s.head_dim)
-    k = randn(g, 1, s.kv_heads, n_keys, s.head_dim)
-    if regime == "spiky":
+    """Queries [1, heads, n_q, d] (the last n_q positions) and keys [1, kv, n_keys, d]; `regime` joins with "+":
+    `gaussian`; `heavy` (Student-t keys, 3 dof); `spiky` (3-8 keys aligned with a direction every query of their group
+    shares); `duplicated` (an eighth of the keys exact copies, another eighth near-copies (1e-3) of earlier keys)."""
+    group, tags = s.heads // s.kv_heads, set(regime.split("+"))
+    q, k = randn(g, 1, s.heads, n_q, s.head_dim), randn(g, 1, s.kv_heads, n_keys, s.head_dim)
+    if "heavy" in tags:
+        k = k / randn(g, 1, s.kv_heads, n_keys, 3).pow(2).mean(-1, keepdim=True).sqrt()
+    if "spiky" in tags:
         topic = randn(g, 1, s.kv_heads, 1, s.head_dim)
         topic = topic / topic.norm(dim=-1, keepdim=True) * s.head_dim**0.5
         q = q + 0.6 * topic.repeat_interleave(group, dim=1)
         spikes = torch.randperm(n_keys, generator=g)[: int(torch.randint(3, 9, (1,), generator=g))]
         k[:, :, spikes] = 1.5 * topic + 0.1 * randn(g, 1, s.kv_heads, len(spikes), s.head_dim)
-    elif regime == "heavy":
-        chi = randn(g, 1, s.kv_heads, n_keys, 3).pow(2).mean(-1, keepdim=True)
-        k = k / chi.sqrt()
-    elif regime == "duplicated":
+    if "duplicated" in tags:
         n = max(2, n_keys // 8)
         dst = torch.randperm(n_keys - 1, generator=g)[: 2 * n] + 1
         src = (torch.rand(2 * n, generator=g) * dst).long()
         for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
-            noise = 0.0 if i < n else 1e-3 * randn(g, 1, s.kv_heads, s.head_dim)
-            k[:, :, b] = k[:, :, a] + noise
+            k[:, :, b] = k[:, :, a] + (0.0 if i < n else 1e-3 * randn(g, 1, s.kv_heads, s.head_dim))
     return q * q_scale, k
 
 
@@ -200,12 +202,6 @@ def make_values(g: torch.Generator, s: Shape, n: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------- DefensiveKV
-class FakeConfig:
-    def __init__(self, s: Shape, layers: int):
-        self.num_attention_heads, self.num_key_value_heads, self.head_dim = s.heads, s.kv_heads, s.head_dim
-        self.hidden_size, self.num_hidden_layers = s.heads * s.head_dim, layers
-
-
 class FakeAttention(nn.Module):
     """The attributes their presses read from a Llama attention layer: config, head_dim, layer_idx,
     num_key_value_groups, q_proj (identity: the hidden states are the queries) and o_proj."""
@@ -213,7 +209,11 @@ class FakeAttention(nn.Module):
     def __init__(self, s: Shape, layer_idx: int, layers: int, o_weight: torch.Tensor):
         super().__init__()
         hidden = s.heads * s.head_dim
-        self.config, self.head_dim, self.layer_idx = FakeConfig(s, layers), s.head_dim, layer_idx
+        self.config = types.SimpleNamespace(
+            num_attention_heads=s.heads, num_key_value_heads=s.kv_heads, head_dim=s.head_dim,
+            hidden_size=hidden, num_hidden_layers=layers,
+        )  # fmt: skip
+        self.head_dim, self.layer_idx = s.head_dim, layer_idx
         self.num_key_value_groups = s.heads // s.kv_heads
         self.q_proj = nn.Linear(hidden, hidden, bias=False)
         self.o_proj = nn.Linear(hidden, hidden, bias=False)
@@ -232,7 +232,9 @@ def run_dkv(classes: dict, layer: bool, s: Shape, layers: list[dict], ratio: flo
     """Run their press over every layer as their forward hook would (prefill), return per layer the kept mask
     [kv, L], their flattened scores and the window queries their code computed."""
     n, seq_len = len(layers), layers[0]["keys"].shape[2]
-    press = classes["layer" if layer else "one"](compression_ratio=ratio, window_size=WINDOW_DKV, kernel_size=KERNEL_DKV)
+    press = classes["layer" if layer else "one"](
+        compression_ratio=ratio, window_size=WINDOW_DKV, kernel_size=KERNEL_DKV
+    )
     press.vwl1norm_triton = press.vwl1norm  # their pure-torch twin of the triton path (see the docstring)
     captured = []
     score = press.score
@@ -258,9 +260,13 @@ def run_dkv(classes: dict, layer: bool, s: Shape, layers: list[dict], ratio: flo
     for idx, (module, hidden_states) in enumerate(modules):
         kwargs = {"past_key_values": cache, "position_embeddings": (cos, sin)}
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):  # layer_compress prints a warning
-            keys, values = press.compress(module, hidden_states, cache.key_cache[idx], cache.value_cache[idx], None, kwargs)
+            keys, values = press.compress(
+                module, hidden_states, cache.key_cache[idx], cache.value_cache[idx], None, kwargs
+            )
         cache.key_cache[idx], cache.value_cache[idx] = keys, values  # what their forward_hook does
-    masks = [kept_mask(lay["values"], cache.value_cache[i], cache.metadata_list[i].head_lens) for i, lay in enumerate(layers)]
+    masks = [
+        kept_mask(lay["values"], cache.value_cache[i], cache.metadata_list[i].head_lens) for i, lay in enumerate(layers)
+    ]
     return masks, captured, queries
 
 
@@ -288,11 +294,17 @@ def tie_at_cutoff(scores: torch.Tensor, k: int) -> bool:
 
 def dkv_case(classes: dict, i: int, layer: bool, tensors: dict) -> dict:
     g = torch.Generator().manual_seed((20_000 if layer else 10_000) + i)
-    heads, kv = [(4, 2), (8, 2), (8, 4), (4, 4), (6, 2)][i % 5]
-    s = Shape(heads, kv, [64, 32, 64, 32, 128][(i // 2) % 5])
-    seq_len = [100, 160, 256, 333, 420, 600, 200, 130][i % 8]
-    ratio = [0.3, 0.55, 0.7, 0.875, 0.5, 0.25, 0.8][i % 7]
-    n = [3, 4, 5, 6, 3][i % 5] if layer else 1
+    small = i < (6 if layer else 8)  # the first cases are small (the subset's candidates), the others varied
+    if layer:  # every layer has its own tensors and output projection
+        s = Shape(*[(4, 2, 32), (8, 2, 32), (4, 4, 32), (4, 2, 32), (8, 4, 32), (4, 2, 64), (6, 2, 32)][i % 7])
+        seq_len, n = [100, 150, 200, 256, 130, 300][i % 6], [3, 4, 5, 3, 6][i % 5]
+    else:
+        s = Shape(*[(4, 2, 32), (8, 2, 32), (4, 2, 64), (8, 4, 32), (4, 4, 64), (6, 2, 32), (4, 2, 128)][i % 7])
+        seq_len, n = [100, 160, 256, 333, 420, 600, 200, 130][i % 8], 1
+    if small:
+        s, seq_len, n = Shape(4, 2 * (1 + i // 4 % 2), 32), [100, 130, 160, 200][i % 4], 3 if layer else 1
+    heads, kv = s.heads, s.kv_heads
+    ratio = [0.3, 0.55, 0.7, 0.875, 0.5, 0.25, 0.8][i % 7] if layer else [0.3, 0.55, 0.7, 0.875, 0.5, 0.25][i % 6]
     regimes = [REGIMES[(i + j) % 4] for j in range(n)]
     scales = [[1.0, 0.3, 2.5, 1.0, 0.6, 4.0][(i + 2 * j) % 6] for j in range(n)] if layer else [1.0]
     layers = [dkv_layer_inputs(g, r, s, seq_len, sc) for r, sc in zip(regimes, scales, strict=True)]
@@ -345,8 +357,8 @@ def positions(values: torch.Tensor) -> torch.Tensor:
 def rkv_select_case(r1kv: type, i: int, tensors: dict) -> dict:
     seed = 30_000 + i
     g = torch.Generator().manual_seed(seed)
-    heads, kv = [(4, 2), (8, 2), (8, 4), (4, 4), (6, 3)][i % 5]
-    s = Shape(heads, kv, [64, 32, 64, 128, 32][(i // 3) % 5])
+    s = Shape(*[(4, 2, 32), (8, 2, 64), (8, 4, 32), (4, 4, 64), (6, 3, 32), (4, 2, 128)][i % 6])
+    heads, kv = s.heads, s.kv_heads
     budget = [64, 128, 96, 192, 256][i % 5]
     seq_len = budget if i % 13 == 7 else max(budget + 1, [100, 180, 257, 300, 420, 600, 150][i % 7])
     regime = REGIMES[i % 4]
@@ -394,29 +406,36 @@ def steps_for_cuts(prompt: int, n_cuts: int) -> int:
     return steps
 
 
+LOOPS = (
+    (150, 128, (4, 2, 32), "gaussian+duplicated", True), (180, 128, (4, 2, 32), "spiky+heavy", False),
+    (600, 256, (8, 2, 64), "gaussian", True), (700, 192, (4, 4, 32), "duplicated", False),
+    (300, 192, (8, 4, 64), "spiky", True), (450, 256, (4, 2, 128), "heavy", False),
+    (200, 256, (8, 2, 32), "heavy+duplicated", True), (520, 192, (4, 2, 64), "spiky+duplicated", False),
+    (256, 128, (8, 4, 32), "gaussian", False), (333, 192, (4, 2, 32), "heavy", True),
+)  # fmt: skip
+"""Decode loops: prompt_len, budget, (heads, kv heads, head_dim), prompt regime, near-copies among decoded keys.
+Loop 6 has a prompt shorter than its budget, loop 8 one that is a multiple of divide_length (cut at step 1)."""
+
+
 def rkv_loop_case(r1kv: type, i: int, tensors: dict) -> dict:
-    seed = 40_000 + i
-    g = torch.Generator().manual_seed(seed)
-    heads, kv = [(4, 2), (8, 2), (4, 4), (8, 4)][i % 4]
-    s = Shape(heads, kv, [32, 64, 32, 64, 128][i % 5])
-    prompt = [150, 300, 600, 700, 256, 450, 180, 520, 640, 333][i % 10]
-    budget = [128, 192, 256][i % 3]
+    seed, (prompt, budget, shape, regime, copies) = 40_000 + i, LOOPS[i % len(LOOPS)]
+    g, s = torch.Generator().manual_seed(seed), Shape(*shape)
     steps = steps_for_cuts(prompt, 4 if prompt >= budget else 5) + 3
-    total, regime = prompt + steps, REGIMES[i % 4]
+    total = prompt + steps
     q, k = make_qk(g, regime, s, total, total)
-    if i % 2:  # decoded tokens' keys: some near-copies of earlier keys
+    if copies:  # a tenth of the decoded tokens' keys are near-copies of earlier keys
         for pos in torch.randperm(steps, generator=g)[: steps // 10].add(prompt).tolist():
             src = int(torch.randint(0, pos, (1,), generator=g))
-            k[:, :, pos] = k[:, :, src] + 1e-3 * randn(g, 1, kv, s.head_dim)
+            k[:, :, pos] = k[:, :, src] + 1e-3 * randn(g, 1, s.kv_heads, s.head_dim)
     values = rkv_values(g, s, total)
     cuts, idle = rkv_loop(r1kv, q, k, values, prompt, steps, budget)
     name = f"rkv_loop_{i:02d}"
     tensors |= {f"{name}.queries": q, f"{name}.keys": k, f"{name}.values": values}
     tensors |= {f"{name}.cut{c}.kept": kept for c, (_, _, kept) in enumerate(cuts)}
     return {
-        "name": name, "seed": seed, "regime": regime, "decoded_near_copies": bool(i % 2),
-        "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": s.head_dim, "prompt_len": prompt,
-        "steps": steps, "total": total, "budget": budget, **RKV, "divide_method": "step_length",
+        "name": name, "seed": seed, "regime": regime, "decoded_near_copies": copies,
+        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim,
+        "prompt_len": prompt, "steps": steps, "total": total, "budget": budget, **RKV, "divide_method": "step_length",
         "divide_length": DIVIDE_LENGTH, "cut_steps": [c[0] for c in cuts], "cut_cache_lens": [c[1] for c in cuts],
         "update_kv_steps_without_cut": idle,
     }  # fmt: skip
@@ -424,21 +443,35 @@ def rkv_loop_case(r1kv: type, i: int, tensors: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- output
 FAMILIES = ("defensivekv", "layer_defensivekv", "rkv_select", "rkv_loop")
-SUBSET_BYTES = {"defensivekv": 700_000, "layer_defensivekv": 900_000, "rkv_select": 500_000, "rkv_loop": 1_000_000}
+SUBSET_BYTES = {"defensivekv": 600_000, "layer_defensivekv": 800_000, "rkv_select": 400_000, "rkv_loop": 1_400_000}
 
 
 def case_bytes(tensors: dict, name: str) -> int:
     return sum(t.numel() * t.element_size() for key, t in tensors.items() if key.split(".", 1)[0] == name)
 
 
+def tags(case: dict) -> set[str]:
+    """What a subset must cover: every input regime, a Layer-DefensiveKV case that loses part of a window and one
+    that does not, an R-KV selection on exactly `budget` tokens (nothing evicted, only reordered)."""
+    out = set(case["regime"].split("+")) if isinstance(case["regime"], str) else set(case["regime"])
+    if "window_kept_per_layer" in case:
+        full = case["num_key_value_heads"] * case["window_size"]
+        out.add("window lost" if min(case["window_kept_per_layer"]) < full else "windows kept")
+    if case.get("budget") == case.get("seq_len"):
+        out.add("seq_len == budget")
+    return out
+
+
 def subset(cases: list[dict], tensors: dict, family: str) -> list[dict]:
-    """Every regime once (its smallest case), then the smallest others up to a third, within the byte budget."""
-    by_size = sorted(cases, key=lambda c: case_bytes(tensors, c["name"]))
-    chosen, regimes = [], set()
+    """The smallest cases covering every tag, then the smallest others up to a third, within the byte budget; cases
+    with equal scores at a top-k cut-off (kept positions then depend on torch.topk's choice) come last."""
+    ties = [c.get("tie_at_cutoff", False) or c.get("tie_at_global_cutoff", False) for c in cases]
+    ties = {c["name"]: bool(t or any(c.get("tie_at_layer_cutoff", []))) for c, t in zip(cases, ties, strict=True)}
+    by_size = sorted(cases, key=lambda c: (ties[c["name"]], case_bytes(tensors, c["name"])))
+    chosen, covered = [], set()
     for case in by_size:
-        key = json.dumps([case["regime"], case.get("decoded_near_copies")])
-        if key not in regimes:
-            regimes.add(key)
+        if tags(case) - covered:
+            covered |= tags(case)
             chosen.append(case)
     for case in by_size:
         total = sum(case_bytes(tensors, c["name"]) for c in chosen)
@@ -458,6 +491,7 @@ def write(folder: Path, family: str, cases: list[dict], tensors: dict, full_coun
     index = {
         "source": {"repository": src["repository"], "commit": src["commit"], "files": list(src["files"])},
         "recorded_by": "scripts/record_rival_cases.py",
+        "torch": torch.__version__,  # which of several equal scores torch.topk keeps (see tie_at_*) may depend on it
     }
     if family == "rkv_loop":
         index["decode_step"] = STEP_DEFINITION

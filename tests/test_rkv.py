@@ -1,5 +1,6 @@
 """R-KV's scores against a step-by-step reading of its authors' code (``rkv/compression/r1_kv.py``, ``rkv/utils.py``),
-written loop by loop here, and its checks."""
+written loop by loop here, and its checks (the newest-copy rule, the cache order and the cut timing:
+`tests/test_rival_rules.py`; the authors' recorded calls: `tests/test_rival_golden.py`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import torch
 
 from restkv.baselines import RKV
 from restkv.policy import LayerInputs
-from restkv.select import Budget
 
 HEADS, KV_HEADS, DIM = 4, 2, 8
 
@@ -51,13 +51,6 @@ def test_scores_are_the_authors(length: int, seed: int, duplicate) -> None:
     torch.testing.assert_close(RKV().score(inputs, keep=32)[0], authors_scores(inputs), rtol=1e-5, atol=1e-7)
 
 
-def test_a_repeated_token_loses_to_its_newest_copy() -> None:
-    inputs = constructed(80, 3, duplicate=(20, 50))
-    kept = RKV(mix_lambda=0.0).select(inputs, Budget(60))  # redundancy alone decides
-    for head in kept[0].tolist():
-        assert 50 in head or 20 not in head  # never the older copy without the newer one
-
-
 def test_knobs_are_checked() -> None:
     with pytest.raises(ValueError, match="gqa stays 'max'"):
         RKV(gqa="mean")
@@ -65,3 +58,5 @@ def test_knobs_are_checked() -> None:
         RKV(kernel=6)
     with pytest.raises(ValueError, match="mix_lambda"):
         RKV(mix_lambda=1.5)
+    with pytest.raises(ValueError, match="cache_order"):
+        RKV(cache_order="sorted")
