@@ -5,6 +5,14 @@ That is ReST-KV's indicator without the output projection (``use_wo=False``): th
 adds. Applied to a base method's scores, CAOTE first divides them by their sum, and uses the result both as
 the weights and to rebuild the output ``o``; here the base is the window's attention averaged over its
 queries (SnapKV-CAOTE, so ``o`` is the window's average output), past tokens only, with no smoothing.
+
+Which variant runs: the end-of-prefill one. The paper (arXiv 2504.14051) processes a long prompt block by block
+and evicts as the cache fills, so each block is scored against an already compressed cache; here, as for every
+other policy of this harness, the whole prompt is prefilled and evicted once at its end, from the same scores.
+The block-wise protocol needs prefill in chunks with eviction between them, which this harness does not have yet:
+results of ``policy=caote`` are the end-of-prefill variant's, not the paper's protocol. The authors' code is not
+public, so no recorded call is replayed; `tests/test_defensivekv.py` checks the scores against the written
+equation.
 """
 
 from __future__ import annotations

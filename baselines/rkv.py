@@ -19,7 +19,7 @@ authors' code does (``Zefan-Cai/R-KV``, ``rkv/compression/r1_kv.py`` and ``rkv/u
 does) keeps the past tokens in descending score order, then the window; the next cut's max-pooling and its
 "newest copy" rule then read that order as neighbourhood and recency, as theirs do. ``position`` keeps tokens in
 prompt order, so that pooling pools real neighbours (a cleaner reading of the method; the same first cut). With
-``compression.decode_schedule=length`` and ``decode_interval=128`` (preset ``experiment=rkv_authors``) a run cuts
+``compression.decode_schedule=length`` and ``decode_interval=128`` (preset ``experiment=rivals/rkv_authors``) a run cuts
 when the authors' loop cuts; the recorded cases of `tests/test_rival_golden.py` replay their loop cut for cut.
 """
 

@@ -5,7 +5,7 @@ Prefill-only eviction bounds the prompt's cache; a long answer (a reasoning trac
 window slides with the text: the prompt's last ``window`` queries, then each decoded token's) and, after a
 decoding step's attention, when ``interval`` steps have passed since a layer was last cut or it holds more than
 ``budget + interval`` tokens, asks the policy to keep ``budget`` of the layer's tokens, prompt and answer alike,
-the most recent ``window`` always among them (``schedule='length'``: R-KV's authors' timing instead, a cut on the
+the most recent ``window`` always among them (``cut_schedule='length'``: R-KV's authors' timing instead, a cut on the
 step after the sequence reaches a multiple of ``interval`` tokens). Tokens keep their positions. So the cache never
 holds more than ``max(budget, what the prefill kept) + interval`` tokens per layer.
 
@@ -41,12 +41,12 @@ DECODE_PHASES = tuple(phase for phase in PHASES if phase != "prefill")
 class DecodeEviction:
     """Cut every layer to ``budget`` tokens (window included) every ``interval`` decoded tokens; ``phase``:
     ``both`` (the prompt is evicted at the end of prefill too) or ``decode`` (the prompt is kept whole);
-    ``schedule``: when a cut is due (`DECODE_SCHEDULES`)."""
+    ``cut_schedule``: when a cut is due (`DECODE_SCHEDULES`)."""
 
     budget: int
     interval: int = 32
     phase: str = "both"
-    schedule: str = "interval"
+    cut_schedule: str = "interval"
 
     def __post_init__(self) -> None:
         check_number("DecodeEviction", "budget", self.budget, low=1, low_open=False, integer=True)
@@ -57,7 +57,7 @@ class DecodeEviction:
                 f"(allowed here: {', '.join(DECODE_PHASES)})"
             )
         check_choice("DecodeEviction", "phase", self.phase, DECODE_PHASES)
-        check_choice("DecodeEviction", "schedule", self.schedule, DECODE_SCHEDULES)
+        check_choice("DecodeEviction", "cut_schedule", self.cut_schedule, DECODE_SCHEDULES)
 
     @property
     def evicts_prefill(self) -> bool:
@@ -167,7 +167,7 @@ class DecodeEvictor:
     def _due(self, layer: int, length: int) -> bool:
         """Whether ``layer``, holding ``length`` tokens at this decoding step, is cut now."""
         budget, interval = self.eviction.budget, self.eviction.interval
-        if self.eviction.schedule == "length":  # the sequence before this step: the prompt and `steps` tokens
+        if self.eviction.cut_schedule == "length":  # the sequence before this step: the prompt and `steps` tokens
             return length >= budget and (self.prompt_length + self.steps) % interval == 0
         return length > budget and (self.since_cut[layer] >= interval or length > budget + interval)
 

@@ -44,3 +44,12 @@ def describe() -> str:
             "RESTKV_GOLDEN=<folder> to replay a full set"
         )
     return f"golden fixtures: RESTKV_GOLDEN={folder} ({', '.join(counts)} cases)"
+
+
+def rival_folder() -> Path:
+    """Where the rivals' recorded calls are (``rivals_<family>.json``): ``RESTKV_GOLDEN`` when it holds them (a full
+    set made by ``scripts/record_rival_cases.py``), else the subset bundled in ``tests/golden``."""
+    given = os.environ.get("RESTKV_GOLDEN", "").strip()
+    if given and (Path(given).expanduser() / "rivals_defensivekv.json").is_file():
+        return Path(given).expanduser()
+    return BUNDLED

@@ -126,5 +126,25 @@ def test_the_authors_cut_on_the_step_after_the_sequence_reaches_a_multiple_of_12
     # a 600-token prompt: the sequence holds 640, 768, 896 tokens after steps 40, 168, 296; the cut comes next
     assert cut_steps("length", prompt=600, steps=300, budget=128, interval=128) == [41, 169, 297]
     assert cut_steps("interval", prompt=600, steps=100, budget=128, interval=32) == [32, 64, 96]
-    with pytest.raises(ValueError, match="schedule"):
+    with pytest.raises(ValueError, match="cut_schedule"):
         DecodeEviction(64, 32, "both", "every")
+
+
+def test_the_rkv_authors_preset_runs_their_loop_over_their_budgets() -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from restkv.eval.harness.compression import decode_eviction_of
+    from restkv.eval.run import CONFIGS
+    from restkv.quantize import Quantization
+
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        cfg = compose(config_name="config", overrides=["experiment=rivals/rkv_authors"], return_hydra_config=True)
+    assert cfg.hydra.sweeper.params["compression.decode_budget"] == "128,256,512,1024,1536,2048"
+    assert cfg.model.path == "deepseek-ai/DeepSeek-R1-Distill-Llama-8B" and cfg.hydra.runtime.choices.bench == "math"
+    plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+    policy = instantiate(cfg.policy, _convert_="all")
+    assert (policy.window, policy.kernel, policy.mix_lambda, policy.cache_order) == (8, 7, 0.07, "score")
+    eviction = decode_eviction_of(plain, policy, Quantization())
+    assert eviction == DecodeEviction(128, 128, "both", "length") and plain.budget == 128
