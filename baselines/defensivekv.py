@@ -14,10 +14,13 @@ As its authors' code computes it (``FFY0/DefensiveKV``, ``efficient_defensivekv_
    window (the authors' code measures that slice, though it means the window), at most
    ``int((P) * keep / L - window)`` tokens, by raising them to the layer's top score;
 5. one top-k over all heads x positions of the layer (``allocation='adakv'`` with no floor and no
-   normalisation is exactly that), the window always kept.
+   normalisation is exactly that), the window always kept; a fractional budget ``f`` keeps
+   ``int(L * f * heads)`` tokens per layer, as the authors count it (`Policy.fraction_counted_per_layer`).
 
-Layer-DefensiveKV is the same score with one top-k over every layer and head (``allocation='global'``,
-preset ``layer_defensivekv``).
+Layer-DefensiveKV (preset ``layer_defensivekv``) is the same score under its authors' global selection
+(``allocation='global_window'``): each layer's window ranked at the layer's top score, one top-k of
+``int(L * f * heads * layers)`` over every layer, then each layer's own top-k of its share; a layer can lose its
+window. Both replay calls recorded from the authors' code (`tests/test_rival_golden.py`, docs/fidelity.md).
 
 Deliberate differences, each tested: scores stay float32 (the authors cast the attention to the
 model's bfloat16 after the softmax); a first-stage cap below zero protects nothing (their slice with

@@ -113,8 +113,8 @@ class RKV(Policy):
             return super().select(inputs, budget)
         scored = self.layer_scores(inputs, budget)
         if scored is None:
-            if self.layer_keep(inputs.length, budget, inputs.layer, inputs.num_layers) != inputs.length:
-                return None
+            if self.check_budget(budget, inputs.length) != inputs.length:
+                return None  # a cache below the budget is left as it is
             scores = reduce_groups(self.score(inputs, inputs.length), inputs.num_kv_heads, self.gqa)
             scored = scores, inputs.length
         scores, keep = scored

@@ -8,9 +8,9 @@ allocation gives every head the layer's budget; the two head-wise allocators sha
   per-head rescaling (``normalize``), with a guaranteed share ``floor`` of ``base`` per head.
 - ``headkv`` (HeadKV, Fu et al. 2024): fixed per-(layer, head) budgets computed once from
   head-importance scores (a file in HeadKV's JSON format, ``{"<layer>-<head>": [scores...]}``).
-- ``global`` (Layer-DefensiveKV, Feng et al. 2026): the whole model's past budget, ``layers x heads x
-  (keep - window)``, goes to the best scores of every layer and head ranked together; every layer is
-  scored before any is evicted (`global_capacities`, `restkv.policy.Policy.select_layers`).
+- ``global`` and ``global_window`` (Layer-DefensiveKV, Feng et al. 2026): one ranking of every layer and head
+  (`restkv.rankings`), each layer's window kept (``global``) or ranked at its layer's top score as the authors
+  do (``global_window``); every layer is scored before any is evicted (`restkv.policy.Policy.select_layers`).
 
 Both follow the ReST-KV authors' ``AdaKVCluster`` and HeadKV budget code to the rounding (see
 ``../shared/golden/README.md``, "Head-wise"). What a head keeps (its top positions plus the
@@ -32,50 +32,16 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from restkv.checks import check_choice, check_number
+from restkv.head_selection import HeadSelection as HeadSelection  # re-exported: its historical home
+from restkv.rankings import global_capacities as global_capacities
+from restkv.rankings import shared_past_tokens as shared_past_tokens
+from restkv.rankings import window_ranked_selection as window_ranked_selection
 from restkv.select import Budget, keep_indices
 
 if TYPE_CHECKING:
     from restkv.inputs import LayerInputs
 
 ALLOCATIONS = ("uniform", "adakv", "headkv", "global", "global_window")
-
-
-@dataclass(frozen=True)
-class HeadSelection:
-    """Kept positions when heads keep different numbers of tokens (batch 1).
-
-    ``positions`` is int64 ``[sum(lengths)]``: head 0's kept positions ascending, then head 1's...;
-    ``lengths`` is int64 ``[heads]`` (window included). The same layout as AdaKV's flattened cache.
-    """
-
-    positions: torch.Tensor
-    lengths: torch.Tensor
-
-    def __post_init__(self) -> None:
-        if self.positions.dim() != 1 or self.lengths.dim() != 1:
-            raise ValueError("HeadSelection holds flat positions [sum(lengths)] and lengths [heads]")
-        if int(self.lengths.sum()) != self.positions.numel():
-            raise ValueError(
-                f"HeadSelection: lengths sum to {int(self.lengths.sum())} but {self.positions.numel()} positions given"
-            )
-
-    @property
-    def heads(self) -> int:
-        return self.lengths.numel()
-
-    @property
-    def total(self) -> int:
-        """Tokens kept over all heads."""
-        return self.positions.numel()
-
-    def per_head(self) -> list[torch.Tensor]:
-        """Each head's kept positions, ascending."""
-        return list(self.positions.split(self.lengths.tolist()))
-
-    @classmethod
-    def from_heads(cls, heads: list[torch.Tensor]) -> HeadSelection:
-        lengths = torch.tensor([h.numel() for h in heads], dtype=torch.long, device=heads[0].device)
-        return cls(torch.cat(heads).long(), lengths)
 
 
 def adakv_capacities(
@@ -109,60 +75,6 @@ def adakv_capacities(
     counts = torch.bincount(winners, minlength=heads)
     capacity = torch.round(counts * (1 - floor) + int(base * floor)).long()
     return capacity.clamp(max=past)
-
-
-def shared_past_tokens(length: int, fraction: float, heads: int, window: int, layers: int = 1) -> int:
-    """Past tokens ``heads`` selection heads (of ``layers`` layers) share under a fraction ``fraction`` of a
-    ``length``-token prompt, counted as DefensiveKV's authors count it: ``int(length * fraction * heads * layers)``
-    tokens in all (in that order of float products), less every head's window."""
-    return max(int(length * fraction * heads * layers) - heads * layers * window, 0)
-
-
-def window_ranked_selection(scores: list[torch.Tensor], window: int, total: int) -> list[HeadSelection]:
-    """Layer-DefensiveKV's authors' selection over layers whose scores ``[heads, P]`` cover their past tokens.
-
-    Each layer's window is ranked at that layer's top score; one top-k of ``total`` over every layer's
-    ``heads x L`` positions, window included, gives each layer its count; then each layer keeps its own top-k of
-    that count over its ``heads x L`` positions. A layer may lose some of its window, or keep nothing.
-    """
-    padded = [torch.cat([layer, layer.max().expand(layer.shape[0], window)], dim=-1) for layer in scores]
-    flat = torch.stack([layer.reshape(-1) for layer in padded]) if _same_shape(padded) else None
-    if flat is None:
-        raise NotImplementedError("allocation='global_window' needs every layer's scores of one shape")
-    per_layer = flat.shape[1]
-    total = min(total, flat.numel())
-    counts = torch.bincount(flat.reshape(-1).topk(total).indices // per_layer, minlength=flat.shape[0])
-    selections = []
-    for layer, count in zip(padded, counts.tolist(), strict=True):
-        heads, length = layer.shape
-        chosen = layer.reshape(-1).topk(count).indices
-        kept = [chosen[chosen // length == head] % length for head in range(heads)]
-        selections.append(HeadSelection.from_heads([positions.sort().values for positions in kept]))
-    return selections
-
-
-def _same_shape(layers: list[torch.Tensor]) -> bool:
-    return all(layer.shape == layers[0].shape for layer in layers)
-
-
-def global_capacities(scores: list[torch.Tensor], bases: list[int]) -> list[torch.Tensor]:
-    """Past tokens each (layer, head) keeps when one top-k ranks every layer's ``[heads, P]`` scores together.
-
-    The layers share ``sum(heads x bases[layer])`` tokens; a layer's count per head is how many of its scores are
-    among the winners (a head may get none, or all its past tokens).
-    """
-    flat = torch.cat([layer.reshape(-1).float() for layer in scores])
-    total = sum(layer.shape[0] * base for layer, base in zip(scores, bases, strict=True))
-    owner = torch.cat([torch.arange(layer.numel(), device=flat.device) // layer.shape[1] for layer in scores])
-    starts = [0]
-    for layer in scores:
-        starts.append(starts[-1] + layer.numel())
-    winners = torch.zeros(flat.numel(), dtype=torch.bool, device=flat.device)
-    winners[flat.topk(total).indices] = True
-    return [
-        torch.bincount(owner[start:end][winners[start:end]], minlength=layer.shape[0])
-        for layer, start, end in zip(scores, starts[:-1], starts[1:], strict=True)
-    ]
 
 
 def headkv_capacities(importance: torch.Tensor, budget: int, beta: float) -> torch.Tensor:
@@ -505,11 +417,11 @@ def allocation_of(
     check_number(owner, "floor", floor, low=0, high=1, low_open=False)
     check_number(owner, "head_beta", head_beta, low=1, low_open=False)  # below 1 the least important heads go negative
     if allocation == "adakv":
-        return AdaKVAllocation(floor, normalize, fraction_per_layer)
+        return AdaKVAllocation(floor, normalize, fraction_per_layer=fraction_per_layer)
     if allocation == "global":
         return GlobalAllocation()
     if allocation == "global_window":
-        return GlobalWindowAllocation(fraction_per_layer)
+        return GlobalWindowAllocation(fraction_per_layer=fraction_per_layer)
     if allocation != "headkv":
         if head_scores is not None:
             raise ValueError(

@@ -3,32 +3,18 @@
     python scripts/record_rival_cases.py --defensivekv /path/to/DefensiveKV --rkv /path/to/R-KV \\
         --out /path/to/rivals-full --subset-out tests/golden
 
-Both paths are checkouts (or exported trees) of the authors' public repositories at the commits in `SOURCES`; every
-file read from them is checked against its git blob hash at that commit before it is run, so a different version is
-refused. Nothing of theirs is copied: their files are imported from the checkout, on CPU, in float32.
-
-* DefensiveKV (FFY0/DefensiveKV): the real `EfficientDefensiveKVPress.compress` (one layer) and
-  `EfficientLayerDefensiveKVPress.compress` (every layer; the call on the last layer runs their global top-k and
-  `layer_compress` per layer), on their own flattened cache (`DynamicCacheSplitHeadFlatten.update`, prefill path,
-  with its `MetaData`). Their `score` calls `vwl1norm_triton`, whose fused kernel (`kvpress/ops/vw_norm.py`) needs
-  triton: that module is replaced by a stub and each press's `vwl1norm_triton` by the same class's pure-torch
-  `vwl1norm` (their own per-head loop computing the same L1 norms of `W_o^h v`). `attentions` is None (their runs
-  use flash attention, so `compute_window_attention` computes the window attention). The fake attention module has
-  an identity `q_proj`, the window queries as the last hidden states and identity RoPE (cos 1, sin 0), so the
-  recorded `queries` are exactly what their code multiplies with the keys. Kept positions are read back by matching
-  the returned value rows with the input rows of the same head (value rows are checked to be unique).
-* R-KV (Zefan-Cai/R-KV): the real `R1KV.update_kv` (`rkv/compression/r1_kv.py`, with `rkv/utils.py`). Values carry
-  the absolute position in channel 0 (R-KV never reads values), so the returned values give the kept positions in
-  the order their cache holds them (top-k score order, then the window). `rkv_loop` emulates their decode loop from
-  `rkv/modeling.py`: `LlamaAttention_forward` lines 101-172 (query cache, the `compression` flag's three branches)
-  and `CausalLM_forward` lines 560-563 (`length`) and 600-610 (`is_newline = length % divide_length == 0`, set for
-  the next forward), with `run_math.py`'s defaults (`divide_method=step_length`, `divide_length=128`,
-  `retain_ratio=0.2`, `retain_direction=last`, `mix_lambda=0.07`). Decode step k (k >= 1) is the forward that
-  appends the k-th generated token's key (absolute position prompt_len + k - 1); step 0 is the prefill. A fresh
-  state per loop (flag None, `length` unset) is the state of the first sample of their run.
+The two paths are checkouts (or exported trees) of the authors' repositories; every file read is checked against
+its git blob hash at the commit in `SOURCES`. Nothing of theirs is copied: their files are imported from the
+checkout (stub packages in `sys.modules` while they import, so an installed `kvpress` is untouched) and run on CPU
+in float32. `NOTES` (written into each JSON) says what runs. DefensiveKV: their `compress` on their flattened cache
+with a fake attention module; `kvpress/ops/vw_norm.py` needs triton, so it is stubbed and each press's
+`vwl1norm_triton` is replaced by the same class's pure-torch `vwl1norm` (their per-head loop computing the same L1
+norms of `W_o^h v`). R-KV: their `R1KV.update_kv`, alone and in their decode loop, whose schedule `rkv_loop` follows
+line by line from `rkv/modeling.py`. Decode step k >= 1 is the forward that appends the k-th generated token's key
+(absolute position prompt_len + k - 1); step 0 is the prefill.
 
 Output: per family `rivals_<family>.json` + `.safetensors` (format in tests/golden/README.md), the full set in
-``--out`` and a subset (every regime once, small cases first, about a third, ~3 MB in all) in ``--subset-out``.
+``--out`` and a subset (every regime once, small tie-free cases first, ~3 MB in all) in ``--subset-out``.
 """
 
 from __future__ import annotations
@@ -41,10 +27,12 @@ import io
 import json
 import sys
 import types
-from dataclasses import dataclass
+from collections import namedtuple
+from functools import partial
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 from torch import nn
 
 SOURCES = {
@@ -78,6 +66,33 @@ REGIMES = ("gaussian", "spiky", "heavy", "duplicated")
 WINDOW_DKV, KERNEL_DKV = 32, 5
 RKV = {"window_size": 8, "kernel_size": 7, "mix_lambda": 0.07, "retain_ratio": 0.2, "retain_direction": "last"}
 DIVIDE_LENGTH = 128
+NOTES = {
+    "defensivekv": [
+        "EfficientDefensiveKVPress.compress once, as their forward hook calls it after a prefill, on their "
+        "DynamicCacheSplitHeadFlatten (prefill update); attentions=None (flash attention in their runs)",
+        "fake attention module: identity q_proj (the window queries are the last hidden states), identity RoPE, "
+        "o_proj = o_proj_weight; vwl1norm_triton (a triton kernel) replaced by the class's pure-torch vwl1norm",
+        "kept: their returned rows matched to the input value rows of each head; scores: what their score() "
+        "returned, [1, kv*seq_len], the window padded with the layer maximum",
+        "stage1_count_max = int((seq_len - window) * (1 - r) - window), their clamp of the stage-1 count; when "
+        "negative, sorted_indices[:k] marks all but the last |k| tokens (ties at the maximum)",
+    ],
+    "layer_defensivekv": [
+        "EfficientLayerDefensiveKVPress.compress on layers 0..n-1 in order, one press and one cache: the last "
+        "layer's call runs their global top-k and layer_compress per layer; otherwise as `defensivekv`",
+    ],
+    "rkv_select": [
+        "R1KV(budget, window_size=8, kernel_size=7, mix_lambda=0.07, retain_ratio=0.2, retain_direction='last', "
+        "first_tokens=4).update_kv(keys, queries, values) once (cal_similarity's threshold: its default 0.5)",
+        "values[..., 0] = absolute position (R-KV never reads values); kept: that channel of the returned values, "
+        "in their cache order (top-k score order, then the window)",
+    ],
+    "rkv_loop": [
+        "their decode loop, one sample and one layer, from a fresh state (flag None, length unset: their run's "
+        "first sample); every cut by the real R1KV.update_kv, settings as rkv_select",
+    ],
+}
+"""What each family runs, written into its JSON."""
 STEP_DEFINITION = (
     "decode step k >= 1 is the forward that appends the k-th generated token's key (absolute position "
     "prompt_len + k - 1); step 0 is the prefill. update_kv runs at step 0 (flag None) and at every step k whose "
@@ -103,45 +118,37 @@ def check_tree(root: Path, which: str) -> None:
 
 
 @contextlib.contextmanager
-def isolated_packages(prefix: str, stubs: dict[str, types.ModuleType]):
-    """Put stub packages named ``prefix*`` in sys.modules while the authors' files import, then restore the
-    previous entries (an installed `kvpress` or `rkv` stays untouched for the rest of the process)."""
-    saved = {name: mod for name, mod in sys.modules.items() if name == prefix or name.startswith(prefix + ".")}
-    for name in saved:
-        del sys.modules[name]
+def stub_packages(prefix: str, names: tuple[str, ...]):
+    """Empty packages ``names`` (all under ``prefix``) in sys.modules while the authors' files import; afterwards
+    the previous entries are restored, so an installed `kvpress` or `rkv` is untouched."""
+    saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n == prefix or n.startswith(prefix + ".")}
+    stubs = {n: types.ModuleType(n) for n in names}
+    for mod in stubs.values():
+        mod.__path__ = []  # a package whose submodules are loaded by hand
     sys.modules.update(stubs)
     try:
-        yield
+        yield stubs
     finally:
         for name in [n for n in sys.modules if n == prefix or n.startswith(prefix + ".")]:
             del sys.modules[name]
         sys.modules.update(saved)
 
 
-def package(name: str) -> types.ModuleType:
-    mod = types.ModuleType(name)
-    mod.__path__ = []  # a package: submodules are added by hand
-    return mod
-
-
 def load(name: str, path: Path) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
+    sys.modules[name] = mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
+def no_triton(*_args, **_kwargs):
+    raise NotImplementedError("the triton kernel is not run here: the press's own vwl1norm replaces it")
+
+
 def load_defensivekv(root: Path) -> dict:
     """Their cache class and both presses, imported from ``root`` with `kvpress.ops.vw_norm` stubbed."""
-    vw = types.ModuleType("kvpress.ops.vw_norm")
-
-    def vw_l1norm(*_args, **_kwargs):
-        raise NotImplementedError("the triton kernel is not run here; the press's own vwl1norm is used")
-
-    vw.vw_l1norm = vw_l1norm
-    stubs = {n: package(n) for n in ("kvpress", "kvpress.presses", "kvpress.ops")} | {vw.__name__: vw}
-    with isolated_packages("kvpress", stubs):
+    with stub_packages("kvpress", ("kvpress", "kvpress.presses", "kvpress.ops", "kvpress.ops.vw_norm")) as stubs:
+        stubs["kvpress.ops.vw_norm"].vw_l1norm = no_triton
         mods = {rel: load(rel[:-3].replace("/", "."), root / rel) for rel in SOURCES["defensivekv"]["files"]}
     return {
         "cache": mods["kvpress/ada_cache.py"].DynamicCacheSplitHeadFlatten,
@@ -153,20 +160,14 @@ def load_defensivekv(root: Path) -> dict:
 def load_rkv(root: Path) -> type:
     """Their `R1KV` class, imported from ``root`` (their `rkv/compression/__init__.py` imports modules absent at
     this commit, so the package is a stub carrying the two helpers it re-exports from `rkv/utils.py`)."""
-    stubs = {n: package(n) for n in ("rkv", "rkv.compression")}
-    with isolated_packages("rkv", stubs):
+    with stub_packages("rkv", ("rkv", "rkv.compression")) as stubs:
         utils = load("rkv.utils", root / "rkv/utils.py")
         stubs["rkv.compression"].cal_similarity = utils.cal_similarity
         stubs["rkv.compression"].compute_attention_scores = utils.compute_attention_scores
         return load("rkv.compression.r1_kv", root / "rkv/compression/r1_kv.py").R1KV
 
 
-# ---------------------------------------------------------------------------------------------------- inputs
-@dataclass
-class Shape:
-    heads: int
-    kv_heads: int
-    head_dim: int
+Shape = namedtuple("Shape", "heads kv_heads head_dim")  # query heads, key/value heads, head dimension
 
 
 def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
@@ -196,12 +197,6 @@ def make_qk(g: torch.Generator, regime: str, s: Shape, n_keys: int, n_q: int, q_
     return q * q_scale, k
 
 
-def make_values(g: torch.Generator, s: Shape, n: int) -> torch.Tensor:
-    """Values whose norms vary by token (log-normal), as DefensiveKV reads their projected norms."""
-    return randn(g, 1, s.kv_heads, n, s.head_dim) * torch.exp(0.5 * randn(g, 1, s.kv_heads, n, 1))
-
-
-# ---------------------------------------------------------------------------------------------------- DefensiveKV
 class FakeAttention(nn.Module):
     """The attributes their presses read from a Llama attention layer: config, head_dim, layer_idx,
     num_key_value_groups, q_proj (identity: the hidden states are the queries) and o_proj."""
@@ -209,37 +204,31 @@ class FakeAttention(nn.Module):
     def __init__(self, s: Shape, layer_idx: int, layers: int, o_weight: torch.Tensor):
         super().__init__()
         hidden = s.heads * s.head_dim
-        self.config = types.SimpleNamespace(
-            num_attention_heads=s.heads, num_key_value_heads=s.kv_heads, head_dim=s.head_dim,
-            hidden_size=hidden, num_hidden_layers=layers,
-        )  # fmt: skip
+        names = ("num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "num_hidden_layers")
+        self.config = types.SimpleNamespace(**dict(zip(names, (*s, hidden, layers), strict=True)))
         self.head_dim, self.layer_idx = s.head_dim, layer_idx
         self.num_key_value_groups = s.heads // s.kv_heads
-        self.q_proj = nn.Linear(hidden, hidden, bias=False)
-        self.o_proj = nn.Linear(hidden, hidden, bias=False)
-        with torch.no_grad():
-            self.q_proj.weight.copy_(torch.eye(hidden))
-            self.o_proj.weight.copy_(o_weight)
+        self.q_proj, self.o_proj = nn.Linear(hidden, hidden, bias=False), nn.Linear(hidden, hidden, bias=False)
+        self.q_proj.weight, self.o_proj.weight = nn.Parameter(torch.eye(hidden)), nn.Parameter(o_weight.clone())
 
 
 def dkv_layer_inputs(g: torch.Generator, regime: str, s: Shape, seq_len: int, q_scale: float) -> dict:
-    q, k = make_qk(g, regime, s, seq_len, WINDOW_DKV, q_scale)
-    hidden = s.heads * s.head_dim
-    return {"q": q, "keys": k, "values": make_values(g, s, seq_len), "o": randn(g, hidden, hidden) / hidden**0.5}
+    """One layer's window queries, keys, values (norms vary by token, log-normal) and output projection."""
+    (q, k), hidden = make_qk(g, regime, s, seq_len, WINDOW_DKV, q_scale), s.heads * s.head_dim
+    values = randn(g, 1, s.kv_heads, seq_len, s.head_dim) * torch.exp(0.5 * randn(g, 1, s.kv_heads, seq_len, 1))
+    return {"q": q, "keys": k, "values": values, "o": randn(g, hidden, hidden) / hidden**0.5}
 
 
 def run_dkv(classes: dict, layer: bool, s: Shape, layers: list[dict], ratio: float):
     """Run their press over every layer as their forward hook would (prefill), return per layer the kept mask
     [kv, L], their flattened scores and the window queries their code computed."""
     n, seq_len = len(layers), layers[0]["keys"].shape[2]
-    press = classes["layer" if layer else "one"](
-        compression_ratio=ratio, window_size=WINDOW_DKV, kernel_size=KERNEL_DKV
-    )
+    press_class = classes["layer" if layer else "one"]
+    press = press_class(compression_ratio=ratio, window_size=WINDOW_DKV, kernel_size=KERNEL_DKV)
     press.vwl1norm_triton = press.vwl1norm  # their pure-torch twin of the triton path (see the docstring)
-    captured = []
-    score = press.score
+    captured, score = [], press.score
 
-    def capture(*args, **kwargs):
+    def capture(*args, **kwargs):  # keeps a copy of each layer's flattened scores, passes them on unchanged
         out = score(*args, **kwargs)
         captured.append(out.clone())
         return out
@@ -257,17 +246,13 @@ def run_dkv(classes: dict, layer: bool, s: Shape, layers: list[dict], ratio: flo
         with torch.no_grad():
             qs = module.q_proj(hidden_states[:, -WINDOW_DKV:]).view(1, WINDOW_DKV, s.heads, s.head_dim)
         queries.append(qs.transpose(1, 2).contiguous())
+    kw = {"past_key_values": cache, "position_embeddings": (cos, sin)}
     for idx, (module, hidden_states) in enumerate(modules):
-        kwargs = {"past_key_values": cache, "position_embeddings": (cos, sin)}
+        keys, values = cache.key_cache[idx], cache.value_cache[idx]
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):  # layer_compress prints a warning
-            keys, values = press.compress(
-                module, hidden_states, cache.key_cache[idx], cache.value_cache[idx], None, kwargs
-            )
-        cache.key_cache[idx], cache.value_cache[idx] = keys, values  # what their forward_hook does
-    masks = [
-        kept_mask(lay["values"], cache.value_cache[i], cache.metadata_list[i].head_lens) for i, lay in enumerate(layers)
-    ]
-    return masks, captured, queries
+            cache.key_cache[idx], cache.value_cache[idx] = press.compress(module, hidden_states, keys, values, None, kw)
+    lens = [m.head_lens for m in cache.metadata_list]  # the cache is written back as their forward_hook does
+    return [kept_mask(lay["values"], cache.value_cache[i], lens[i]) for i, lay in enumerate(layers)], captured, queries
 
 
 def kept_mask(values: torch.Tensor, flat: torch.Tensor, head_lens: torch.Tensor) -> torch.Tensor:
@@ -292,7 +277,7 @@ def tie_at_cutoff(scores: torch.Tensor, k: int) -> bool:
     return 0 < k < flat.numel() and bool(flat[k - 1] == flat[k])
 
 
-def dkv_case(classes: dict, i: int, layer: bool, tensors: dict) -> dict:
+def dkv_case(classes: dict, layer: bool, i: int, tensors: dict) -> dict:
     g = torch.Generator().manual_seed((20_000 if layer else 10_000) + i)
     small = i < (6 if layer else 8)  # the first cases are small (the subset's candidates), the others varied
     if layer:  # every layer has its own tensors and output projection
@@ -303,7 +288,6 @@ def dkv_case(classes: dict, i: int, layer: bool, tensors: dict) -> dict:
         seq_len, n = [100, 160, 256, 333, 420, 600, 200, 130][i % 8], 1
     if small:
         s, seq_len, n = Shape(4, 2 * (1 + i // 4 % 2), 32), [100, 130, 160, 200][i % 4], 3 if layer else 1
-    heads, kv = s.heads, s.kv_heads
     ratio = [0.3, 0.55, 0.7, 0.875, 0.5, 0.25, 0.8][i % 7] if layer else [0.3, 0.55, 0.7, 0.875, 0.5, 0.25][i % 6]
     regimes = [REGIMES[(i + j) % 4] for j in range(n)]
     scales = [[1.0, 0.3, 2.5, 1.0, 0.6, 4.0][(i + 2 * j) % 6] for j in range(n)] if layer else [1.0]
@@ -312,33 +296,28 @@ def dkv_case(classes: dict, i: int, layer: bool, tensors: dict) -> dict:
     name = f"{'layer_' if layer else ''}defensivekv_{i:02d}"
     case = {
         "name": name, "seed": (20_000 if layer else 10_000) + i, "regime": regimes if layer else regimes[0],
-        "num_attention_heads": heads, "num_key_value_heads": kv, "seq_len": seq_len, "head_dim": s.head_dim,
-        "hidden_size": heads * s.head_dim, "window_size": WINDOW_DKV, "kernel_size": KERNEL_DKV,
-        "compression_ratio": ratio, "keep_fraction": 1 - ratio,
+        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads, "seq_len": seq_len,
+        "head_dim": s.head_dim, "hidden_size": s.heads * s.head_dim, "window_size": WINDOW_DKV,
+        "kernel_size": KERNEL_DKV, "compression_ratio": ratio, "keep_fraction": 1 - ratio,
         "stage1_count_max": int((seq_len - WINDOW_DKV) * (1 - ratio) - WINDOW_DKV),
     }  # fmt: skip
-    window = slice(seq_len - WINDOW_DKV, None)
-    if layer:
-        case |= {
-            "num_hidden_layers": n, "query_scale": scales,
-            "kept_per_layer": [int(m.sum()) for m in masks],
-            "window_kept_per_layer": [int(m[:, window].sum()) for m in masks],
-            "tie_at_global_cutoff": tie_at_cutoff(torch.stack(scores), sum(int(m.sum()) for m in masks)),
-            "tie_at_layer_cutoff": [tie_at_cutoff(sc, int(m.sum())) for sc, m in zip(scores, masks, strict=True)],
-        }  # fmt: skip
-    else:
-        case |= {
-            "kept_per_head": masks[0].sum(1).tolist(), "window_kept_per_head": masks[0][:, window].sum(1).tolist(),
-            "tie_at_cutoff": tie_at_cutoff(scores[0], int(masks[0].sum())),
-        }  # fmt: skip
+    window, kept = slice(seq_len - WINDOW_DKV, None), [int(m.sum()) for m in masks]
+    case |= {
+        "num_hidden_layers": n, "layers": n, "query_scale": scales, "kept_per_layer": kept,
+        "window_kept_per_layer": [int(m[:, window].sum()) for m in masks],
+        "tie_at_global_cutoff": tie_at_cutoff(torch.stack(scores), sum(kept)),
+        "tie_at_layer_cutoff": [tie_at_cutoff(sc, k) for sc, k in zip(scores, kept, strict=True)],
+    } if layer else {
+        "kept_per_head": masks[0].sum(1).tolist(), "window_kept_per_head": masks[0][:, window].sum(1).tolist(),
+        "tie_at_cutoff": tie_at_cutoff(scores[0], kept[0]),
+    }  # fmt: skip
     for idx, (lay, mask, sc, q) in enumerate(zip(layers, masks, scores, queries, strict=True)):
-        prefix = f"{name}.L{idx}." if layer else f"{name}."
+        prefix = f"{name}.L{idx}."  # one layer for `defensivekv`: L0
         tensors |= {prefix + "queries": q, prefix + "keys": lay["keys"], prefix + "values": lay["values"]}
         tensors |= {prefix + "o_proj_weight": lay["o"], prefix + "kept": mask, prefix + "scores": sc}
     return case
 
 
-# ---------------------------------------------------------------------------------------------------- R-KV
 def rkv_values(g: torch.Generator, s: Shape, n: int) -> torch.Tensor:
     """Random values whose channel 0 is the absolute position (exact in float32 below 2**24)."""
     values = randn(g, 1, s.kv_heads, n, s.head_dim)
@@ -355,29 +334,24 @@ def positions(values: torch.Tensor) -> torch.Tensor:
 
 
 def rkv_select_case(r1kv: type, i: int, tensors: dict) -> dict:
-    seed = 30_000 + i
-    g = torch.Generator().manual_seed(seed)
+    seed, g = 30_000 + i, torch.Generator().manual_seed(30_000 + i)
     s = Shape(*[(4, 2, 32), (8, 2, 64), (8, 4, 32), (4, 4, 64), (6, 3, 32), (4, 2, 128)][i % 6])
-    heads, kv = s.heads, s.kv_heads
-    budget = [64, 128, 96, 192, 256][i % 5]
+    budget, regime, scale = [64, 128, 96, 192, 256][i % 5], REGIMES[i % 4], [1.0, 2.0, 0.5][i % 3]
     seq_len = budget if i % 13 == 7 else max(budget + 1, [100, 180, 257, 300, 420, 600, 150][i % 7])
-    regime = REGIMES[i % 4]
-    q, k = make_qk(g, regime, s, seq_len, RKV["window_size"], [1.0, 2.0, 0.5][i % 3])
-    values = rkv_values(g, s, seq_len)
+    (q, k), values = make_qk(g, regime, s, seq_len, RKV["window_size"], scale), rkv_values(g, s, seq_len)
     _, out = rkv_cluster(r1kv, budget).update_kv(k, q, values)
     name = f"rkv_select_{i:02d}"
     tensors |= {f"{name}.queries": q, f"{name}.keys": k, f"{name}.values": values, f"{name}.kept": positions(out)}
     return {
-        "name": name, "seed": seed, "regime": regime, "num_attention_heads": heads, "num_key_value_heads": kv,
-        "seq_len": seq_len, "head_dim": s.head_dim, "budget": budget, **RKV, "query_scale": [1.0, 2.0, 0.5][i % 3],
+        "name": name, "seed": seed, "regime": regime, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
+        "seq_len": seq_len, "head_dim": s.head_dim, "budget": budget, **RKV, "query_scale": scale,
     }  # fmt: skip
 
 
 def rkv_loop(r1kv: type, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prompt: int, steps: int, budget: int):
     """Their decode loop for one sample and one layer, from a fresh state; returns the cuts as
     (step, cache length at the call, kept positions in cache order) and the steps whose update_kv evicted nothing."""
-    cluster, w = rkv_cluster(r1kv, budget), RKV["window_size"]
-    cuts, idle = [], []
+    cluster, w, cuts, idle = rkv_cluster(r1kv, budget), RKV["window_size"], [], []
     # prefill forward: CausalLM_forward sets length (l. 560-561); attention: query cache = last window queries
     # (l. 105-113); flag None -> update_kv on the prompt's keys, its result stored (l. 130-143)
     length, query_cache = prompt, q[:, :, prompt - w : prompt]
@@ -398,14 +372,12 @@ def rkv_loop(r1kv: type, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prom
 
 
 def steps_for_cuts(prompt: int, n_cuts: int) -> int:
-    """Decode steps needed for n_cuts decode-time calls of update_kv (the schedule in STEP_DEFINITION)."""
-    steps, seen = 0, 0
-    while seen < n_cuts:
-        steps += 1
-        seen += (prompt + steps - 1) % DIVIDE_LENGTH == 0
-    return steps
+    """Decode steps needed for n_cuts decode-time calls of update_kv (steps k with (prompt + k - 1) % 128 == 0)."""
+    return ((1 - prompt) % DIVIDE_LENGTH or DIVIDE_LENGTH) + DIVIDE_LENGTH * (n_cuts - 1)
 
 
+# Decode loops: prompt_len, budget, (heads, kv heads, head_dim), prompt regime, near-copies among decoded keys.
+# Loop 6's prompt is shorter than its budget, loop 8's a multiple of divide_length (its first cut is at step 1).
 LOOPS = (
     (150, 128, (4, 2, 32), "gaussian+duplicated", True), (180, 128, (4, 2, 32), "spiky+heavy", False),
     (600, 256, (8, 2, 64), "gaussian", True), (700, 192, (4, 4, 32), "duplicated", False),
@@ -413,14 +385,12 @@ LOOPS = (
     (200, 256, (8, 2, 32), "heavy+duplicated", True), (520, 192, (4, 2, 64), "spiky+duplicated", False),
     (256, 128, (8, 4, 32), "gaussian", False), (333, 192, (4, 2, 32), "heavy", True),
 )  # fmt: skip
-"""Decode loops: prompt_len, budget, (heads, kv heads, head_dim), prompt regime, near-copies among decoded keys.
-Loop 6 has a prompt shorter than its budget, loop 8 one that is a multiple of divide_length (cut at step 1)."""
 
 
 def rkv_loop_case(r1kv: type, i: int, tensors: dict) -> dict:
     seed, (prompt, budget, shape, regime, copies) = 40_000 + i, LOOPS[i % len(LOOPS)]
     g, s = torch.Generator().manual_seed(seed), Shape(*shape)
-    steps = steps_for_cuts(prompt, 4 if prompt >= budget else 5) + 3
+    steps = steps_for_cuts(prompt, 4 if prompt >= budget else 5) + 3  # the prefill and 4 cuts, or 5 cuts
     total = prompt + steps
     q, k = make_qk(g, regime, s, total, total)
     if copies:  # a tenth of the decoded tokens' keys are near-copies of earlier keys
@@ -441,7 +411,6 @@ def rkv_loop_case(r1kv: type, i: int, tensors: dict) -> dict:
     }  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------------- output
 FAMILIES = ("defensivekv", "layer_defensivekv", "rkv_select", "rkv_loop")
 SUBSET_BYTES = {"defensivekv": 600_000, "layer_defensivekv": 800_000, "rkv_select": 400_000, "rkv_loop": 1_400_000}
 
@@ -457,7 +426,7 @@ def tags(case: dict) -> set[str]:
     if "window_kept_per_layer" in case:
         full = case["num_key_value_heads"] * case["window_size"]
         out.add("window lost" if min(case["window_kept_per_layer"]) < full else "windows kept")
-    if case.get("budget") == case.get("seq_len"):
+    if "budget" in case and case["budget"] == case.get("seq_len"):
         out.add("seq_len == budget")
     return out
 
@@ -465,9 +434,9 @@ def tags(case: dict) -> set[str]:
 def subset(cases: list[dict], tensors: dict, family: str) -> list[dict]:
     """The smallest cases covering every tag, then the smallest others up to a third, within the byte budget; cases
     with equal scores at a top-k cut-off (kept positions then depend on torch.topk's choice) come last."""
-    ties = [c.get("tie_at_cutoff", False) or c.get("tie_at_global_cutoff", False) for c in cases]
-    ties = {c["name"]: bool(t or any(c.get("tie_at_layer_cutoff", []))) for c, t in zip(cases, ties, strict=True)}
-    by_size = sorted(cases, key=lambda c: (ties[c["name"]], case_bytes(tensors, c["name"])))
+    tie = {c["name"]: any([c.get("tie_at_cutoff"), c.get("tie_at_global_cutoff"), *c.get("tie_at_layer_cutoff", [])])
+           for c in cases}  # fmt: skip
+    by_size = sorted(cases, key=lambda c: (tie[c["name"]], case_bytes(tensors, c["name"])))
     chosen, covered = [], set()
     for case in by_size:
         if tags(case) - covered:
@@ -483,20 +452,14 @@ def subset(cases: list[dict], tensors: dict, family: str) -> list[dict]:
 
 
 def write(folder: Path, family: str, cases: list[dict], tensors: dict, full_count: int | None) -> None:
-    from safetensors.torch import save_file
-
-    which = "rkv" if family.startswith("rkv") else "defensivekv"
-    src = SOURCES[which]
-    names = {c["name"] for c in cases}
+    src, names = SOURCES["rkv" if family.startswith("rkv") else "defensivekv"], {c["name"] for c in cases}
     index = {
         "source": {"repository": src["repository"], "commit": src["commit"], "files": list(src["files"])},
-        "recorded_by": "scripts/record_rival_cases.py",
+        "recorded_by": "scripts/record_rival_cases.py", "notes": NOTES[family],
         "torch": torch.__version__,  # which of several equal scores torch.topk keeps (see tie_at_*) may depend on it
-    }
-    if family == "rkv_loop":
-        index["decode_step"] = STEP_DEFINITION
-    if full_count is not None:
-        index["subset_of"] = f"a subset: {len(cases)} of the full set's {full_count} cases"
+    }  # fmt: skip
+    index |= {"decode_step": STEP_DEFINITION} if family == "rkv_loop" else {}
+    index |= {"subset_of": f"{len(cases)} of the full set's {full_count} cases"} if full_count else {}
     index["cases"] = cases
     folder.mkdir(parents=True, exist_ok=True)
     kept = {k: t.contiguous() for k, t in tensors.items() if k.split(".", 1)[0] in names}
@@ -514,16 +477,12 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.counts) < 1:
         raise SystemExit(f"--counts {args.counts}: every count must be at least 1")
-    check_tree(args.defensivekv, "defensivekv")
-    check_tree(args.rkv, "rkv")
+    for which in ("defensivekv", "rkv"):
+        check_tree(getattr(args, which), which)
     torch.set_num_threads(1)
     dkv, r1kv = load_defensivekv(args.defensivekv), load_rkv(args.rkv)
-    makers = {
-        "defensivekv": lambda i, t: dkv_case(dkv, i, False, t),
-        "layer_defensivekv": lambda i, t: dkv_case(dkv, i, True, t),
-        "rkv_select": lambda i, t: rkv_select_case(r1kv, i, t),
-        "rkv_loop": lambda i, t: rkv_loop_case(r1kv, i, t),
-    }
+    makers = (partial(dkv_case, dkv, False), partial(dkv_case, dkv, True), partial(rkv_select_case, r1kv))
+    makers = dict(zip(FAMILIES, (*makers, partial(rkv_loop_case, r1kv)), strict=True))
     for family, count in zip(FAMILIES, args.counts, strict=True):
         tensors: dict[str, torch.Tensor] = {}
         cases = [makers[family](i, tensors) for i in range(count)]

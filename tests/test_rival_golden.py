@@ -73,7 +73,26 @@ def differing(ours: torch.Tensor, theirs: torch.Tensor) -> str:
     return f"{len(rows)} positions differ, first {rows[:5]}"
 
 
-@pytest.mark.parametrize("case", cases("defensivekv"), ids=case_ids("defensivekv"))
+NEGATIVE_CAP = (
+    "documented difference: the first stage's cap int(P * f - window) is below zero on this short prompt; the authors' "
+    "slice with a negative bound then protects all but |cap| tokens (ties at the layer's top score decide), ours "
+    "protects none (baselines/defensivekv.py, docs/fidelity.md); where the budget is not above the window the "
+    "budget is refused, as for every policy here"
+)
+
+
+def with_documented_differences(family: str) -> list[Any]:
+    """The family's cases, those in the regime of a documented difference marked to fail (strictly: a case that
+    starts to match would say the documentation is out of date)."""
+    return [
+        pytest.param(case, id=case["name"], marks=pytest.mark.xfail(strict=True, reason=NEGATIVE_CAP))
+        if case["stage1_count_max"] < 0
+        else pytest.param(case, id=case["name"])
+        for case in cases(family)
+    ]
+
+
+@pytest.mark.parametrize("case", with_documented_differences("defensivekv"))
 def test_defensivekv_keeps_what_its_authors_keep(case: dict[str, Any]) -> None:
     t = tensors("defensivekv")
     policy = DefensiveKV(window=case["window_size"], kernel=case["kernel_size"])
@@ -83,7 +102,7 @@ def test_defensivekv_keeps_what_its_authors_keep(case: dict[str, Any]) -> None:
     assert torch.equal(ours, theirs), differing(ours, theirs)
 
 
-@pytest.mark.parametrize("case", cases("layer_defensivekv"), ids=case_ids("layer_defensivekv"))
+@pytest.mark.parametrize("case", with_documented_differences("layer_defensivekv"))
 def test_layer_defensivekv_keeps_what_its_authors_keep_over_layers_that_differ(case: dict[str, Any]) -> None:
     t, layers = tensors("layer_defensivekv"), case["layers"]
     policy = get_policy("layer_defensivekv", window=case["window_size"], kernel=case["kernel_size"])
