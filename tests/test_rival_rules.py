@@ -148,3 +148,30 @@ def test_the_rkv_authors_preset_runs_their_loop_over_their_budgets() -> None:
     assert (policy.window, policy.kernel, policy.mix_lambda, policy.cache_order) == (8, 7, 0.07, "score")
     eviction = decode_eviction_of(plain, policy, Quantization())
     assert eviction == DecodeEviction(128, 128, "both", "length") and plain.budget == 128
+
+
+def test_a_layer_that_keeps_nothing_still_decodes_in_every_layout(monkeypatch) -> None:
+    """The authors' global ranking can leave a layer empty: each decoded token then attends to itself there."""
+    from transformers import AutoModelForCausalLM
+
+    import restkv.allocation as allocation
+    from restkv import compress
+    from restkv.allocation import HeadSelection
+
+    ranked = allocation.window_ranked_selection
+
+    def second_layer_emptied(scores, window, total):
+        selections = ranked(scores, window, total)
+        empty = torch.zeros(selections[1].heads, dtype=torch.long)
+        selections[1] = HeadSelection(torch.zeros(0, dtype=torch.long), empty)
+        return selections
+
+    monkeypatch.setattr(allocation, "window_ranked_selection", second_layer_emptied)
+    model = AutoModelForCausalLM.from_pretrained("models/micro-llama").eval()
+    ids = torch.randint(10, 8000, (1, 300), generator=torch.Generator().manual_seed(0))
+    answers = []
+    for layout in ("auto", "varlen", "masked"):
+        with compress(model, get_policy("layer_defensivekv", window=8), budget=40, layout=layout) as compressor:
+            answers.append(model.generate(ids, max_new_tokens=4, do_sample=False)[0, -4:].tolist())
+        assert sum(compressor.record.head_lengths[1]) == 0
+    assert answers[0] == answers[1] == answers[2]
