@@ -15,7 +15,8 @@ As its authors' code computes it (``FFY0/DefensiveKV``, ``efficient_defensivekv_
    ``int((P) * keep / L - window)`` tokens, by raising them to the layer's top score;
 5. one top-k over all heads x positions of the layer (``allocation='adakv'`` with no floor and no
    normalisation is exactly that), the window always kept; a fractional budget ``f`` keeps
-   ``int(L * f * heads)`` tokens per layer, as the authors count it (`Policy.fraction_counted_per_layer`).
+   ``int(L * f * heads)`` tokens per layer, as the authors count it (``fraction_count='layer'``; ``'head'``:
+   ``heads x round(f * L)``, what runs of earlier restkv versions did, and what a pyramid schedule always does).
 
 Layer-DefensiveKV (preset ``layer_defensivekv``) is the same score under its authors' global selection
 (``allocation='global_window'``): each layer's window ranked at the layer's top score, one top-k of
@@ -30,14 +31,15 @@ a negative bound protects almost every token, on prompts shorter than about ``wi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
 from restkv import scoring
 from restkv.baselines.criticalkv import projected_value_norms
-from restkv.checks import check_number
+from restkv.checks import check_choice, check_number
 from restkv.policy import LayerInputs, Policy
+from restkv.rankings import kept_share
 from restkv.registry import register_policy, register_preset
 from restkv.select import leading
 
@@ -74,25 +76,31 @@ class DefensiveKV(Policy):
     """DefensiveKV with its authors' defaults: window 32, pooling kernel 5, first stage protecting 90 % of the
     attention mass, the layer's budget shared by its heads with no floor (``allocation='adakv'``, ``floor`` 0)."""
 
-    fraction_counted_per_layer: ClassVar[bool] = True
-
     kernel: int = 5
     protect_mass: float = 0.9
     gqa: str = "max"
     allocation: str = "adakv"
     floor: float = 0.0
     allocation_normalize: bool = False
+    fraction_count: str = "layer"
+
+    knobs_before_they_existed: ClassVar[dict[str, Any]] = {"fraction_count": "head"}
 
     def validate(self) -> None:
         super().validate()
         owner = type(self).__name__
         check_number(owner, "kernel", self.kernel, low=1, low_open=False, integer=True)
         check_number(owner, "protect_mass", self.protect_mass, low=0, high=1, low_open=False)
+        check_choice(owner, "fraction_count", self.fraction_count, ("layer", "head"))
         if self.gqa != "max":
             raise ValueError(
                 f"{owner}.gqa={self.gqa!r} is not allowed: the defensive aggregation takes the maximum over a "
                 "key/value head's query group before its floor, so gqa stays 'max'"
             )
+
+    @property
+    def fraction_counted_per_layer(self) -> bool:
+        return self.fraction_count == "layer"
 
     def score(self, inputs: LayerInputs, keep: int) -> torch.Tensor:
         """Scores ``[b, h_kv, P]`` (one per key/value head: the group is reduced inside, before the floor)."""
@@ -111,7 +119,10 @@ class DefensiveKV(Policy):
         norms = norms.view(b, kv_heads, heads // kv_heads, past).mean(dim=2)
         scores = scores * (norms / norms.sum(dim=1, keepdim=True))
         before_window = float(attention[..., max(past - self.window, 0) :].sum(dim=-1).mean())
-        share = keep / inputs.length if inputs.fraction is None else inputs.fraction  # the authors' ratio as given
+        if inputs.fraction is not None and self.fraction_count == "layer":
+            share = kept_share(inputs.fraction)  # the authors' arithmetic on their ratio
+        else:
+            share = keep / inputs.length
         cap = int(past * share - self.window)
         mean_attention = grouped.mean(dim=(2, 3))
         counts = first_stage_counts(mean_attention, self.protect_mass - before_window, cap)

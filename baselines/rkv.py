@@ -32,8 +32,8 @@ from typing import Any, ClassVar
 import torch
 
 from restkv import scoring
-from restkv.allocation import HeadSelection
 from restkv.checks import check_choice, check_number
+from restkv.head_selection import HeadSelection
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 from restkv.select import Budget, keep_in_score_order, reduce_groups

@@ -12,10 +12,10 @@ the cache has a static form, else ``eager``."""
 PROTOCOLS = ("query_aware", "query_agnostic")
 """Where the question goes: inside the compressed prompt (the paper's protocol), or after eviction."""
 PHASES = ("prefill", "decode", "both")
+"""When eviction happens (`restkv.decode_eviction`): at the end of the prompt, during decoding, or both."""
 DECODE_SCHEDULES = ("interval", "length")
 """When a layer is due for a decode-time cut: ``interval`` (every ``interval`` decoded tokens since its last cut, or
 when it outgrows ``budget + interval``) or ``length`` (R-KV's authors' loop: on the decoding step after the one at
 which the sequence, prompt included, reached a multiple of ``interval`` tokens; their ``divide_length`` is 128)."""
-"""When eviction happens (`restkv.decode_eviction`): at the end of the prompt, during decoding, or both."""
 GQA_MODES = ("mean", "max", "expand")
 """How a grouped-query model's per-query-head scores become one selection per key/value head (`restkv.select`)."""

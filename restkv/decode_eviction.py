@@ -109,7 +109,6 @@ class DecodeEvictor:
     log: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     """With ``trace``: per layer, its cache as positions ``[b, heads, n]`` at each decoding step's attention."""
     steps: int = 0
-    prompt_length: int = 0
 
     def start(self) -> None:
         """A new prompt: forget the previous one's state."""
@@ -117,7 +116,6 @@ class DecodeEvictor:
             state.clear()
         self.sizes.clear()
         self.steps = 0
-        self.prompt_length = 0
 
     def observe(self, layer: int, query: torch.Tensor, softcap: float | None = None) -> None:
         """Queries ``[b, h, q, d]`` of tokens just added to ``layer``: the last ``window`` are kept (a prefill's
@@ -134,7 +132,6 @@ class DecodeEvictor:
             selection = torch.arange(length, device=device).expand(1, heads, length)
         self.positions[layer] = selection
         self.since_cut[layer] = 0
-        self.prompt_length = length
 
     def step(
         self, layer: int, length: int, make_inputs: Callable[[torch.Tensor], LayerInputs], policy: Policy
@@ -144,6 +141,8 @@ class DecodeEvictor:
         held = self.positions.get(layer)
         if held is None:
             return None  # no prefill seen under this compressor (nothing to track)
+        # tokens in the sequence before this step's (question and turns included); read only where it decides
+        sequence = int(held.max()) + 1 if self.eviction.cut_schedule == "length" else 0
         if length > held.shape[2]:  # the tokens appended since: the next positions, in order
             extra = torch.arange(1, length - held.shape[2] + 1, device=held.device) + held[..., -1:].max()
             held = torch.cat([held, extra.expand(*held.shape[:2], -1)], dim=2)
@@ -152,7 +151,7 @@ class DecodeEvictor:
             self.log.setdefault(layer, []).append(held.clone())
         self.since_cut[layer] = self.since_cut.get(layer, 0) + 1
         queries = self.queries.get(layer)
-        if not self._due(layer, length) or queries is None or queries.shape[2] < self.window:
+        if not self._due(layer, length, sequence) or queries is None or queries.shape[2] < self.window:
             return None
         selection = policy.select(make_inputs(queries), Budget(self.eviction.budget))
         if selection is None:
@@ -164,11 +163,12 @@ class DecodeEvictor:
         self.cut.add(layer)
         return selection
 
-    def _due(self, layer: int, length: int) -> bool:
-        """Whether ``layer``, holding ``length`` tokens at this decoding step, is cut now."""
+    def _due(self, layer: int, length: int, sequence: int) -> bool:
+        """Whether ``layer``, holding ``length`` tokens at this decoding step of a ``sequence`` seen so far, is cut
+        now."""
         budget, interval = self.eviction.budget, self.eviction.interval
-        if self.eviction.cut_schedule == "length":  # the sequence before this step: the prompt and `steps` tokens
-            return length >= budget and (self.prompt_length + self.steps) % interval == 0
+        if self.eviction.cut_schedule == "length":
+            return length >= budget and sequence % interval == 0
         return length > budget and (self.since_cut[layer] >= interval or length > budget + interval)
 
     def end_step(self, tokens: list[int]) -> None:

@@ -77,9 +77,6 @@ class Policy:
     knobs_before_they_existed: ClassVar[dict[str, Any]] = {}
     """Knobs added after run folders of this policy existed, at the value that reproduces those folders (a folder
     whose identity lacks the knob resumes only where that value is the one asked for)."""
-    fraction_counted_per_layer: ClassVar[bool] = False
-    """Under a head-wise allocation and a fractional budget ``f``, whether a layer's heads share ``int(L * f * heads)``
-    tokens as their authors count them (DefensiveKV), rather than ``heads x round(f * L)``."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -101,12 +98,19 @@ class Policy:
     def stages(self) -> Stages:
         """The schedule, allocation, merge and ThinK this policy's knobs name (`restkv.stages`), resolved once
         (again only if a knob changes)."""
-        knobs = tuple(getattr(self, name) for name in STAGE_KNOBS)
+        knobs = (*(getattr(self, name) for name in STAGE_KNOBS), self.fraction_counted_per_layer)
         cached = self.__dict__.get("_stages")
         if cached is None or cached[0] != knobs:
             cached = (knobs, resolve_stages(self))
             self.__dict__["_stages"] = cached
         return cached[1]
+
+    @property
+    def fraction_counted_per_layer(self) -> bool:
+        """Under a head-wise allocation and a fractional budget ``f``, whether a layer's heads share
+        ``int(L * f * heads)`` tokens as their authors count them (DefensiveKV's ``fraction_count='layer'``), rather
+        than ``heads x round(f * L)``; never under a schedule that gives each layer its own budget."""
+        return False
 
     @property
     def query_count(self) -> int:
@@ -147,7 +151,8 @@ class Policy:
         return self.stages.schedule.layer_keep(prompt_length, tokens, self.window, layer, num_layers)
 
     def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | HeadSelection | None:
-        """What to keep: positions ``[b, heads, keep]`` (ascending) when every head keeps the same
+        """What to keep: positions ``[b, heads, keep]`` (ascending; R-KV's in its authors' cache order) when every
+        head keeps the same
         number, a `HeadSelection` under a head-wise allocation, or None to keep the whole prompt.
 
         A prompt no longer than the layer's budget is kept whole under every allocation (the
@@ -169,7 +174,7 @@ class Policy:
         allocation = self.stages.allocation
         if keep >= inputs.length or allocation.keeps_whole(inputs, budget, self.window):
             return None
-        if budget.is_ratio and inputs.fraction is None:
+        if budget.is_ratio and inputs.fraction is None and not self.stages.schedule.varies_by_layer:
             inputs = replace(inputs, fraction=float(budget.value))
         scores = self.score(inputs, keep)
         past = inputs.length - self.window

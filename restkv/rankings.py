@@ -12,11 +12,18 @@ import torch
 from restkv.head_selection import HeadSelection
 
 
+def kept_share(fraction: float) -> float:
+    """The kept share ``fraction`` as DefensiveKV's authors' code holds it, ``1 - compression_ratio`` with
+    ``compression_ratio = 1 - fraction``: the same float in most cases, one ulp apart in some (``0.2`` is
+    ``0.19999999999999996`` there), which moves ``int(L * f * heads)`` by a token for about one length in five."""
+    return 1 - (1 - fraction)
+
+
 def shared_past_tokens(length: int, fraction: float, heads: int, window: int, layers: int = 1) -> int:
     """Past tokens ``heads`` selection heads (of ``layers`` layers) share under a fraction ``fraction`` of a
-    ``length``-token prompt, counted as DefensiveKV's authors count it: ``int(length * fraction * heads * layers)``
-    tokens in all (in that order of float products), less every head's window."""
-    return max(int(length * fraction * heads * layers) - heads * layers * window, 0)
+    ``length``-token prompt, counted as DefensiveKV's authors count it: ``int(length * (1 - r) * heads * layers)``
+    tokens in all (their float products, in their order), less every head's window."""
+    return max(int(length * kept_share(fraction) * heads * layers) - heads * layers * window, 0)
 
 
 def window_ranked_selection(scores: list[torch.Tensor], window: int, total: int) -> list[HeadSelection]:
@@ -26,10 +33,10 @@ def window_ranked_selection(scores: list[torch.Tensor], window: int, total: int)
     ``heads x L`` positions, window included, gives each layer its count; then each layer keeps its own top-k of
     that count over its ``heads x L`` positions. A layer may lose some of its window, or keep nothing.
     """
-    padded = [torch.cat([layer, layer.max().expand(layer.shape[0], window)], dim=-1) for layer in scores]
-    flat = torch.stack([layer.reshape(-1) for layer in padded]) if _same_shape(padded) else None
-    if flat is None:
+    if any(layer.shape != scores[0].shape for layer in scores):
         raise NotImplementedError("allocation='global_window' needs every layer's scores of one shape")
+    padded = [torch.cat([layer, layer.max().expand(layer.shape[0], window)], dim=-1) for layer in scores]
+    flat = torch.stack([layer.reshape(-1) for layer in padded])
     per_layer = flat.shape[1]
     total = min(total, flat.numel())
     counts = torch.bincount(flat.reshape(-1).topk(total).indices // per_layer, minlength=flat.shape[0])
@@ -40,10 +47,6 @@ def window_ranked_selection(scores: list[torch.Tensor], window: int, total: int)
         kept = [chosen[chosen // length == head] % length for head in range(heads)]
         selections.append(HeadSelection.from_heads([positions.sort().values for positions in kept]))
     return selections
-
-
-def _same_shape(layers: list[torch.Tensor]) -> bool:
-    return all(layer.shape == layers[0].shape for layer in layers)
 
 
 def global_capacities(scores: list[torch.Tensor], bases: list[int]) -> list[torch.Tensor]:

@@ -68,8 +68,9 @@ class Stages:
 def resolve_stages(policy: PolicyKnobs) -> Stages:
     """The stages ``policy``'s knobs name, each checked by its own module, then the rules across stages."""
     owner = type(policy).__name__
+    schedule = schedule_of(owner, policy.schedule, policy.beta)
     stages = Stages(
-        schedule=schedule_of(owner, policy.schedule, policy.beta),
+        schedule=schedule,
         allocation=allocation_of(
             owner,
             policy.allocation,
@@ -78,7 +79,7 @@ def resolve_stages(policy: PolicyKnobs) -> Stages:
             policy.head_scores,
             policy.head_beta,
             policy.gqa,
-            type(policy).fraction_counted_per_layer,
+            policy.fraction_counted_per_layer and not schedule.varies_by_layer,  # a pyramid's layers: their own keep
         ),
         merge=merge_of(owner, policy.merge, policy.merge_start, policy.merge_seed),
         key_pruning=key_pruning_of(owner, policy.think_ratio, policy.think_recent),

@@ -96,7 +96,7 @@ def with_documented_differences(family: str) -> list[Any]:
 def test_defensivekv_keeps_what_its_authors_keep(case: dict[str, Any]) -> None:
     t = tensors("defensivekv")
     policy = DefensiveKV(window=case["window_size"], kernel=case["kernel_size"])
-    selection = policy.select(layer_inputs(t, f"{case['name']}.L0."), Budget(case["keep_fraction"]))
+    selection = policy.select(layer_inputs(t, f"{case['name']}.L0."), Budget(round(1 - case["compression_ratio"], 12)))
     theirs = t[f"{case['name']}.L0.kept"]
     ours = kept_mask(selection, case["seq_len"])
     assert torch.equal(ours, theirs), differing(ours, theirs)
@@ -107,7 +107,7 @@ def test_layer_defensivekv_keeps_what_its_authors_keep_over_layers_that_differ(c
     t, layers = tensors("layer_defensivekv"), case["layers"]
     policy = get_policy("layer_defensivekv", window=case["window_size"], kernel=case["kernel_size"])
     inputs = [layer_inputs(t, f"{case['name']}.L{layer}.", layer, layers) for layer in range(layers)]
-    selections = policy.select_layers(inputs, Budget(case["keep_fraction"]))
+    selections = policy.select_layers(inputs, Budget(round(1 - case["compression_ratio"], 12)))
     for layer, selection in enumerate(selections):
         theirs = t[f"{case['name']}.L{layer}.kept"]
         ours = kept_mask(selection, case["seq_len"])

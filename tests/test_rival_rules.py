@@ -110,7 +110,7 @@ def cut_steps(schedule: str, prompt: int, steps: int, budget: int, interval: int
     evictor = DecodeEvictor(DecodeEviction(budget, interval, "both", schedule), window=2)
     evictor.start()
     evictor.observe(0, torch.zeros(1, 1, 2, 1))
-    evictor.after_prefill(0, torch.arange(budget).view(1, 1, -1), prompt, 1, "cpu")
+    evictor.after_prefill(0, torch.arange(prompt - budget, prompt).view(1, 1, -1), prompt, 1, "cpu")
     length, cuts = budget, []
     for step in range(1, steps + 1):
         length += 1
@@ -175,3 +175,60 @@ def test_a_layer_that_keeps_nothing_still_decodes_in_every_layout(monkeypatch) -
             answers.append(model.generate(ids, max_new_tokens=4, do_sample=False)[0, -4:].tolist())
         assert sum(compressor.record.head_lengths[1]) == 0
     assert answers[0] == answers[1] == answers[2]
+
+
+def test_fractions_are_the_authors_floats_and_per_head_counting_stays_a_knob() -> None:
+    from restkv.rankings import kept_share
+
+    assert kept_share(0.2) == 1 - 0.8 == 0.19999999999999996  # their 1 - compression_ratio, for a compression of 0.8
+    length = next(n for n in range(100, 400) if int(n * kept_share(0.2) * 2) != int(n * 0.2 * 2))
+    assert shared_past_tokens(length, 0.2, 2, 0) == int(length * (1 - 0.8) * 2)
+    layer = inputs(303, 1)
+    assert DefensiveKV(window=8, fraction_count="head").select(layer, Budget(0.3)).total == 2 * round(0.3 * 303)
+    with pytest.raises(ValueError, match="fraction_count"):
+        DefensiveKV(fraction_count="model")
+
+
+def test_a_pyramid_gives_each_layer_its_own_keep_whatever_the_fraction_count() -> None:
+    policy = DefensiveKV(window=8, schedule="pyramid")
+    assert not policy.stages.allocation.fraction_per_layer
+    first, last = inputs(400, 2), inputs(400, 3)
+    first.num_layers = last.num_layers = 8
+    last.layer = 7
+    keeps = [policy.layer_keep(400, Budget(0.3), layer.layer, 8) for layer in (first, last)]
+    totals = [policy.select(layer, Budget(0.3)).total for layer in (first, last)]
+    assert keeps[0] != keeps[1] and totals == [2 * keep for keep in keeps]
+
+
+def test_a_folder_written_before_the_decode_schedule_resumes() -> None:
+    import copy
+
+    from restkv.eval.harness.identity import with_added_defaults
+    from restkv.eval.harness.runner import added_defaults
+
+    compression = {"phase": "prefill", "decode_budget": None, "decode_interval": 32, "decode_schedule": "interval"}
+    identity = {"config": {"policy": {"window": 32}, "compression": compression}, "inputs": {}}
+    older = copy.deepcopy(identity)
+    del older["config"]["compression"]["decode_schedule"]
+    oldest = copy.deepcopy(identity)
+    del oldest["config"]["compression"]
+    for saved in (older, oldest):
+        assert with_added_defaults(saved, identity, added_defaults("snapkv", identity)) == identity
+    length = copy.deepcopy(identity)
+    length["config"]["compression"]["decode_schedule"] = "length"  # a setting that acts is never filled in
+    assert with_added_defaults(older, length, added_defaults("snapkv", length)) != length
+
+
+def test_the_authors_timing_runs_through_the_model_and_counts_the_question() -> None:
+    """Through the real integration: the cuts fall on the steps the sequence's length says, the question included."""
+    from transformers import AutoModelForCausalLM
+
+    from restkv import compress
+
+    model = AutoModelForCausalLM.from_pretrained("models/micro-llama").eval()
+    ids = torch.randint(10, 8000, (1, 203), generator=torch.Generator().manual_seed(1))
+    eviction = DecodeEviction(64, 16, "both", "length")
+    with compress(model, RKV(), budget=64, decode_eviction=eviction) as compressor:
+        model.generate(ids, max_new_tokens=40, min_new_tokens=40, do_sample=False)
+    steps = [entry["step"] for entry in compressor.decoder.sizes]
+    assert steps == [k for k in range(1, 40) if (203 + k - 1) % 16 == 0] == [6, 22, 38]

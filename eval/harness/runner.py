@@ -324,7 +324,10 @@ def added_defaults(policy: str, identity: dict[str, Any]) -> dict[tuple, Any]:
     except ValueError:
         knobs = {}
     defaults: dict[tuple, Any] = {("config", "policy", k): v for k, v in knobs.items()}
-    defaults.update({("config", k): v for k, v in ADDED_SETTINGS.items()})
+    for key, value in ADDED_SETTINGS.items():  # the setting whole (folders from before it), then each of its leaves
+        defaults[("config", key)] = value  # (folders from before a leaf was added: compression.decode_schedule)
+        if isinstance(value, dict):
+            defaults.update({("config", key, leaf): v for leaf, v in value.items()})
     defaults[("inputs",)] = identity["inputs"]
     return defaults
 
