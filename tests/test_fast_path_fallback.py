@@ -210,13 +210,22 @@ def test_disagreeing_direct_scores_fall_back_to_the_expansion(make_model, monkey
         decoded(model, "eager", policy="restkv")
 
 
+LENGTHS = [5, 12, 3, 9, 7]
+
+
+def eager_answers(model) -> list[list[int]]:
+    with compress(model, get_policy("snapkv", window=8), 64) as compressor:
+        return [
+            answer(model, p, compressor, "query_aware", n, set(), "eager").tokens
+            for p, n in zip(PROMPTS, LENGTHS, strict=True)
+        ]
+
+
 def test_batched_rows_fall_back_with_the_reason_in_each_answer(make_model, monkeypatch):
     model = make_model("llama")
-    lengths = [5, 12, 3, 9, 7]
-    with compress(model, get_policy("snapkv", window=8), 64) as compressor:
-        eager = [answer(model, p, compressor, "query_aware", n, set(), "eager").tokens for p, n in zip(PROMPTS, lengths)]
+    eager = eager_answers(model)
     gpu_like(monkeypatch, disagreeing_capture(Calls()))
-    work = [(i, p, n) for i, (p, n) in enumerate(zip(PROMPTS, lengths))]
+    work = [(i, p, n) for i, (p, n) in enumerate(zip(PROMPTS, LENGTHS, strict=True))]
     with compress(model, get_policy("snapkv", window=8), 64) as compressor:
         session = Session(model, None, compressor, "query_aware", set(), "auto")
         replies = list(batched_answers(session, work, 3, dict))
@@ -228,12 +237,10 @@ def test_batched_rows_fall_back_with_the_reason_in_each_answer(make_model, monke
 
 def test_batched_rows_that_pass_the_check_decode_together(make_model, monkeypatch):
     model = make_model("llama")
-    lengths = [5, 12, 3, 9, 7]
-    with compress(model, get_policy("snapkv", window=8), 64) as compressor:
-        eager = [answer(model, p, compressor, "query_aware", n, set(), "eager").tokens for p, n in zip(PROMPTS, lengths)]
+    eager = eager_answers(model)
     calls = Calls()
     gpu_like(monkeypatch, agreeing_capture(calls))
-    work = [(i, p, n) for i, (p, n) in enumerate(zip(PROMPTS, lengths))]
+    work = [(i, p, n) for i, (p, n) in enumerate(zip(PROMPTS, LENGTHS, strict=True))]
     with compress(model, get_policy("snapkv", window=8), 64) as compressor:
         session = Session(model, None, compressor, "query_aware", set(), "auto")
         replies = list(batched_answers(session, work, 3, dict))
