@@ -267,3 +267,14 @@ def test_a_run_records_the_fallback_and_predicts_as_the_eager_run(tmp_path, monk
     (message,) = {r["fallbacks"][0] for r in checked}
     assert "fake capture" in message
     assert metrics["decode"]["paths"] == {"eager": 6} and metrics["decode"]["fallbacks"] == {message: 6}
+
+
+def test_answers_that_part_at_a_near_tie_of_the_eager_loop_agree():
+    from restkv.eval.evaluation.decoding import relative_margin, token_disagreement
+
+    assert token_disagreement([1, 2, 3], [1, 2, 3]) is None
+    assert token_disagreement([1, 2, 9, 4], [1, 2, 3, 5], [0.5, 0.5, 0.01, 0.5], tie=0.02) is None  # a near tie
+    why = token_disagreement([1, 2, 9, 4], [1, 2, 3, 5], [0.5, 0.5, 0.3, 0.5], tie=0.02)
+    assert why == "tokens differ from the eager loop's from answer token 2 on (4 vs 4 tokens)"
+    assert token_disagreement([1, 2], [1, 2, 3], [0.5, 0.5, 0.5], tie=0.02).startswith("tokens differ")
+    assert float(relative_margin(torch.tensor([0.0, 10.0, 9.5]))) == pytest.approx(0.05)

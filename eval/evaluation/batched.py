@@ -23,6 +23,7 @@ from restkv.eval.evaluation.base import Session
 from restkv.eval.evaluation.decoding import (
     DEFAULT_STOP_CHECK_STEPS,
     STOP_CHECK_STEPS,
+    TIE_MARGIN,
     Answer,
     _greedy,
     cut_at_eos,
@@ -162,7 +163,8 @@ class _Checked:
         devices = model_devices(model)
         synchronize(*devices)
         start = time.perf_counter()
-        generated, forwards = _greedy(model, cache, logits, position, max_new, eos)
+        margins = torch.ones(max_new, dtype=torch.float32, device=logits.device)
+        generated, forwards = _greedy(model, cache, logits, position, max_new, eos, margins)
         synchronize(*devices)
         eager = _Eager(cut_at_eos(generated.tolist(), eos), forwards, time.perf_counter() - start, "")
         if verdict is not None:
@@ -171,7 +173,8 @@ class _Checked:
             return eager
         try:
             done = self._decode_alone(key, own, logits, position, max_new)
-            reason = token_disagreement(cut_at_eos(done.tokens, eos), eager.tokens)
+            tie = TIE_MARGIN.get(logits.dtype, 0.0)
+            reason = token_disagreement(cut_at_eos(done.tokens, eos), eager.tokens, margins.tolist(), tie)
         except Exception as error:  # any failure of the recorded step is the finding
             reason = describe(error)
         verdict = CHECKS.settle(signature, Verdict("decode", "graph", "eager", reason))

@@ -147,11 +147,25 @@ def decode_check_key(model: PreTrainedModel, contents: list, max_new: int, eos_i
     return ("decode", *signature(model, contents, round_up(max_new, STEPS_STEP), sorted(eos_ids) or [-1]), rows)
 
 
-def token_disagreement(fast: list[int], eager: list[int]) -> str | None:
-    """Where a fast path's answer (cut at EOS) leaves the eager loop's, None where they are equal."""
+TIE_MARGIN = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+"""A greedy choice whose `relative_margin` is at most this (per the logits' dtype) is a near tie: two correct
+kernels may round it either way, so answers that first part there are not a disagreement."""
+
+
+def relative_margin(logits: torch.Tensor) -> torch.Tensor:
+    """How clearly greedy picks its token: (top logit - runner-up) / max(|top logit|, 1), on the device."""
+    top = logits.float().topk(2).values
+    return (top[0] - top[1]) / top[0].abs().clamp_min(1.0)
+
+
+def token_disagreement(fast: list[int], eager: list[int], margins: list[float] | None = None, tie=0.0) -> str | None:
+    """Where a fast path's answer (cut at EOS) leaves the eager loop's, None where they are equal or first part at
+    a near tie of the eager loop (``margins[i] <= tie``: rounding may pick either token)."""
     if fast == eager:
         return None
     at = next((i for i, (a, b) in enumerate(zip(fast, eager, strict=False)) if a != b), min(len(fast), len(eager)))
+    if margins is not None and at < len(margins) and margins[at] <= tie:
+        return None
     return f"tokens differ from the eager loop's from answer token {at} on ({len(fast)} vs {len(eager)} tokens)"
 
 
@@ -178,11 +192,14 @@ def _checked(
             raise
         return decoded.tokens, decoded.forwards
 
+    margins = torch.ones(max_new_tokens, dtype=torch.float32, device=logits.device)
+
     def eager() -> tuple[torch.Tensor, int]:
-        return _greedy(model, cache, logits, position, max_new_tokens, eos_ids)
+        return _greedy(model, cache, logits, position, max_new_tokens, eos_ids, margins)
 
     def differ(a: tuple[torch.Tensor, int], b: tuple[torch.Tensor, int]) -> str | None:
-        return token_disagreement(cut_at_eos(a[0].tolist(), eos_ids), cut_at_eos(b[0].tolist(), eos_ids))
+        fast, slow = cut_at_eos(a[0].tolist(), eos_ids), cut_at_eos(b[0].tolist(), eos_ids)
+        return token_disagreement(fast, slow, margins.tolist(), TIE_MARGIN.get(logits.dtype, 0.0))
 
     generated, forwards = CHECKS.run(key, ("decode", "graph", "eager"), fast, eager, differ)
     verdict = CHECKS.verdict(key)
@@ -219,8 +236,10 @@ def _greedy(
     position: int,
     max_new_tokens: int,
     eos_ids: set[int],
+    margins: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, int]:
-    """Greedy tokens from ``logits`` on (EOS included, possibly followed by a few more) and the forwards run."""
+    """Greedy tokens from ``logits`` on (EOS included, possibly followed by a few more) and the forwards run;
+    ``margins`` (float32, one per token), when given, receives each token's `relative_margin`."""
     device = logits.device
     every = STOP_CHECK_STEPS.get(device.type, DEFAULT_STOP_CHECK_STEPS)
     eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
@@ -231,6 +250,8 @@ def _greedy(
     for step in range(max_new_tokens):
         token = logits.argmax()
         generated[step] = token
+        if margins is not None:
+            margins[step] = relative_margin(logits)
         ended |= torch.isin(token, eos)
         if ((step + 1) % every == 0 or step + 1 == max_new_tokens) and bool(ended):
             return generated[: step + 1], forwards
