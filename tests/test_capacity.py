@@ -72,3 +72,29 @@ def test_a_tiny_capacity_run_writes_its_record_table_and_plot(tmp_path: Path):
     full = entries[("full", "full")]
     assert entries[("snapkv", "64")]["batch"] > full["batch"] and entries[("snapkv", "64")]["kept_tokens_mean"] == 64
     assert entries[("snapkv", "64")]["batch_vs_full"] == round(entries[("snapkv", "64")]["batch"] / full["batch"], 3)
+
+
+def _bash_array(name: str) -> list[str]:
+    """The words of ``name=(...)`` in scripts/gpu_check.sh, as bash splits them (quotes removed)."""
+    import shlex
+
+    script = (Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh").read_text()
+    (line,) = [line for line in script.splitlines() if line.startswith(f"{name}=(")]
+    return shlex.split(line[len(name) + 2 : line.rindex(")")])
+
+
+def test_gpu_checks_capacity_and_fast_path_steps_compose_on_a_cpu():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    assert subprocess.run(["bash", "-n", "scripts/gpu_check.sh"], cwd=root).returncode == 0
+    import restkv.eval.latency.cli  # noqa: F401  (registers the primary config)
+
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base=None):
+        for overrides in (["latency=capacity-gpu", *_bash_array("capacity_overrides")], _bash_array("capacity_dry")):
+            cfg = compose(config_name="latency_main", overrides=[*overrides, "latency.name=capacity"])
+            settings = Settings.from_config(cfg.latency, "capacity")
+            assert settings.mode == "capacity" and settings.contexts in ([32768], [512])
+    help_ = subprocess.run([sys.executable, "scripts/check_fast_paths.py", "--help"], cwd=root, capture_output=True)
+    assert help_.returncode == 0 and b"--dry-run" in help_.stdout
