@@ -63,7 +63,7 @@ def pick_kernel(requested: str, query: torch.Tensor) -> str:
     """The kernel that runs for ``requested`` (see `VARLEN_KERNELS`) on ``query``."""
     if requested == "reference":
         return requested
-    fused = query.device.type in FUSED_DEVICES and query.dtype in FUSED_DTYPES
+    fused = torch.device(query.device).type in FUSED_DEVICES and query.dtype in FUSED_DTYPES
     usable = {"torch": fused and torch_varlen() is not None, "flash": fused and flash_available()}
     if requested in usable and not usable[requested]:
         needs = "PyTorch's varlen_attn (PyTorch >= 2.9)" if requested == "torch" else "the flash_attn package"
