@@ -15,7 +15,10 @@ block the size of the prefill's own peak is held (the next prompt's prefill runs
 A CPU has no out-of-memory a search can meet safely, so there it is *simulated*: ``memory_cap_mib`` is a
 byte budget and a batch fits when weights + rows x row bytes + the prefill's headroom (the prompt's full
 key/value bytes) fit in it (an accounting, stated as such in the record). ``memory_cap_mib`` on CUDA adds
-the same accounting to the real limit (a smaller GPU's).
+the same accounting to the real limit (a smaller GPU's). On a CPU denormal floats are flushed to zero: the
+tiny random-weight model's activations reach them, and a CPU's denormal path made a step up to 100x slower
+depending on the cache (measured), which no GPU does. The flag holds for the calling thread only, so CPU
+presets run one thread (``threads: 1``; with more, the other threads' work may take the slow path).
 """
 
 from __future__ import annotations
@@ -259,6 +262,8 @@ def run(settings: Settings, tick: Callable[[], object] = lambda: None) -> dict[s
             "latency.memory_cap_mib=null: on a CPU the capacity search needs a simulated byte budget "
             "(memory_cap_mib, e.g. 64); a real out-of-memory is only met on CUDA"
         )
+    if settings.resolved_device().type == "cpu":
+        torch.set_flush_denormal(True)  # random weights reach denormal floats, a CPU's slow path (100x, measured)
     model = build_model(settings)
     device = model.device
     bandwidth = measure_bandwidth(device, settings.bandwidth_mib, settings.bandwidth_repeats)
