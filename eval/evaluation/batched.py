@@ -25,9 +25,9 @@ from restkv.eval.evaluation.decoding import (
     STOP_CHECK_STEPS,
     TIE_MARGIN,
     Answer,
-    _greedy,
     cut_at_eos,
     decode_check_key,
+    greedy,
     timed_prefill,
     token_disagreement,
 )
@@ -111,17 +111,13 @@ def batched_answers(
         contents = static_form(cache)
         while batch.active and not (batch.has_room() and batch.fits(contents, max_new)):
             yield from finish()
-        outcome = None
-        if checker is not None and batch.needs_build(contents, max_new):
-            outcome = checker.first_prompt(key, cache, contents, logits, prompt.length, max_new)
+        checked = checker is not None and batch.needs_build(contents, max_new)
+        outcome = checker.first_prompt(key, cache, contents, logits, prompt.length, max_new) if checked else None
         if outcome is not None:
             if isinstance(outcome, Finished):
                 settle(outcome)
             else:
-                wait = waiting.pop(key)
-                answer = Answer(outcome.tokens, wait.prefill_seconds, outcome.seconds, wait.kept_tokens,
-                                outcome.forwards, "eager")  # fmt: skip
-                ready[key] = (answer, with_fallbacks({**wait.extras, "decode_batch": 1}, [outcome.reason]))
+                ready[key] = outcome.reply(waiting.pop(key))
             yield from release()
             continue
         batch.add(key, contents, logits, prompt.length, max_new)
@@ -138,6 +134,11 @@ class _Eager:
     forwards: int
     seconds: float
     reason: str
+
+    def reply(self, wait: _Waiting) -> tuple[Answer, dict[str, Any]]:
+        """The prompt's answer and record fields (decoded alone, eagerly, with the reason)."""
+        answer = Answer(self.tokens, wait.prefill_seconds, self.seconds, wait.kept_tokens, self.forwards, "eager")
+        return answer, with_fallbacks({**wait.extras, "decode_batch": 1}, [self.reason])
 
 
 @dataclass
@@ -164,7 +165,7 @@ class _Checked:
         synchronize(*devices)
         start = time.perf_counter()
         margins = torch.ones(max_new, dtype=torch.float32, device=logits.device)
-        generated, forwards = _greedy(model, cache, logits, position, max_new, eos, margins)
+        generated, forwards = greedy(model, cache, logits, position, max_new, eos, margins)
         synchronize(*devices)
         eager = _Eager(cut_at_eos(generated.tolist(), eos), forwards, time.perf_counter() - start, "")
         if verdict is not None:

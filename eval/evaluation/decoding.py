@@ -128,7 +128,7 @@ def answer(
     start = time.perf_counter()
     path, contents = _path(decode, cache, logits.device)
     if contents is None:
-        generated, forwards = _greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
+        generated, forwards = greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
     elif decode == "auto":
         path, generated, forwards = _checked(model, cache, contents, logits, prompt.length, max_new_tokens, eos_ids)
     else:
@@ -195,7 +195,7 @@ def _checked(
     margins = torch.ones(max_new_tokens, dtype=torch.float32, device=logits.device)
 
     def eager() -> tuple[torch.Tensor, int]:
-        return _greedy(model, cache, logits, position, max_new_tokens, eos_ids, margins)
+        return greedy(model, cache, logits, position, max_new_tokens, eos_ids, margins)
 
     def differ(a: tuple[torch.Tensor, int], b: tuple[torch.Tensor, int]) -> str | None:
         fast, slow = cut_at_eos(a[0].tolist(), eos_ids), cut_at_eos(b[0].tolist(), eos_ids)
@@ -229,7 +229,7 @@ def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
     return tokens[: ends[0]] if ends else tokens
 
 
-def _greedy(
+def greedy(
     model: PreTrainedModel,
     cache: DynamicCache,
     logits: torch.Tensor,
