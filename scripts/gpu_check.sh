@@ -3,7 +3,8 @@
 #   1. the gpu-marked tests (tests/test_gpu.py: CUDA vs CPU decisions and decoding for sdpa and, when
 #      flash_attn is installed, flash_attention_2, x GQA modes x ReST-KV / PyramidKV / AdaKV; float32 and
 #      bfloat16 on the golden cases; fidelity memory over 40 samples; eval/run.py and the latency
-#      benchmark on CUDA)                                                  -> results/gpu/pytest.xml, pytest.log
+#      benchmark on CUDA; tests/test_fast_path_fallback.py: no layout's fast path falls back)
+#                                                                          -> results/gpu/pytest.xml, pytest.log
 #   2. the fused varlen kernels (PyTorch's varlen_attn; flash-attn's where installed) against the reference
 #      varlen path                                                      -> results/gpu/varlen-kernels-check.json
 #   3. the efficiency benchmark (scripts/efficiency_gpu.sh) at 32k and 128k tokens, one repeat: prefill
@@ -69,7 +70,7 @@ capacity_dry=("latency=capacity" "latency.contexts=[512]" "latency.capacity_budg
 
 if [[ ${dry} == 1 ]]; then
     export RESTKV_GPU_TESTS_DEVICE=cpu
-    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py -k "not flash and (llama or not arch)" \
+    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py tests/test_fast_path_fallback.py -k "not flash and (llama or not arch)" \
         --junitxml="${out}/pytest.xml"
     step efficiency "${TMPDIR:-/tmp}/restkv-efficiency/gpu-h200-tiny-cpu.json" scripts/efficiency_gpu.sh --device cpu --tiny \
         "latency.decode_caches=[dynamic,preallocated,static]"
@@ -81,7 +82,7 @@ if [[ ${dry} == 1 ]]; then
     step capacity "${out}/capacity.json" python -m restkv.eval.latency "${capacity_dry[@]}" latency.name=capacity \
         latency.out_dir="${out}"
 else
-    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py --junitxml="${out}/pytest.xml"
+    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py tests/test_fast_path_fallback.py --junitxml="${out}/pytest.xml"
     step varlen-kernels "${out}/varlen-kernels-check.json" python scripts/check_varlen_kernels.py \
         --out "${out}/varlen-kernels-check.json"
     step efficiency "${out}/gpu-check.json" scripts/efficiency_gpu.sh latency.name=gpu-check latency.out_dir="${out}" \

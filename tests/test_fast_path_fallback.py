@@ -278,3 +278,25 @@ def test_answers_that_part_at_a_near_tie_of_the_eager_loop_agree():
     assert why == "tokens differ from the eager loop's from answer token 2 on (4 vs 4 tokens)"
     assert token_disagreement([1, 2], [1, 2, 3], [0.5, 0.5, 0.5], tie=0.02).startswith("tokens differ")
     assert float(relative_margin(torch.tensor([0.0, 10.0, 9.5]))) == pytest.approx(0.05)
+
+
+GPU_CASES = [("snapkv", "auto"), ("restkv", "auto"), ("full", "auto"), ("adakv", "auto"), ("adakv", "masked")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("policy", "layout"), GPU_CASES)
+def test_on_a_gpu_every_layout_keeps_its_fast_path(policy, layout):
+    """On CUDA (bfloat16: the fused kernels' dtype) ``decode=auto`` records the step, and every check (the decode
+    step, the varlen kernel, the direct distances) passes: no fallback. ``RESTKV_GPU_TESTS_DEVICE=cpu``: the
+    eager path, nothing to check."""
+    import os
+
+    from conftest import tiny_model
+
+    device = torch.device(os.environ.get("RESTKV_GPU_TESTS_DEVICE", "cuda"))
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = tiny_model("llama", dtype=dtype).to(device)
+    with compress(model, get_policy(policy, window=8), 64, layout=layout) as compressor:
+        reply = answer(model, PROMPT, compressor, "query_agnostic", 24, set(), "auto")
+    assert CHECKS.drain() == [] and all(v.ok for v in CHECKS.verdicts.values())
+    assert reply.decode_path == ("graph" if device.type == "cuda" else "eager")
