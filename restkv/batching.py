@@ -96,9 +96,17 @@ class BatchedDecoding:
         """Whether a prompt can take a free row now (else: drain the rows, `add` then builds a decoder for it)."""
         return self.decoder is None or self.decoder.fits(contents, max_new_tokens + self.check_every)
 
+    def needs_build(self, contents: list[dict[str, Any]], max_new_tokens: int) -> bool:
+        """Whether `add` builds (and records) a new decoder for this prompt."""
+        return self.decoder is None or (self.active == 0 and not self.fits(contents, max_new_tokens))
+
+    def reset(self) -> None:
+        """Drop the decoder and its rows (one whose recording failed or disagreed must not be replayed)."""
+        self.decoder, self.slots = None, []
+
     def add(self, key: Any, contents: list[dict[str, Any]], first_logits: torch.Tensor, position: int, max_new: int):
         """Put a prefilled prompt into a free row (building the decoder, recorded on CUDA, on first use)."""
-        if self.decoder is None or (self.active == 0 and not self.fits(contents, max_new)):
+        if self.needs_build(contents, max_new):
             self._build(contents)
         if self.decoder is None or not self.fits(contents, max_new) or not self.has_room():
             raise RuntimeError("no row can take this prompt now: decode the active rows to the end first (advance)")

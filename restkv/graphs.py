@@ -37,6 +37,8 @@ STEPS_STEP = 64
 KEPT_DECODERS = 2
 RECORDING_STEPS = 2
 """Steps recording runs on the loaded prompt (warm-up, capture): room for them is kept in every buffer."""
+RECORDING_DEVICES = ("cuda",)
+"""Device types whose decode step is recorded (`StaticDecoder.capture`; CPU tests add ``cpu`` with a fake capture)."""
 
 
 def round_up(value: int, step: int) -> int:
@@ -192,6 +194,13 @@ def decoder_for(model: PreTrainedModel, contents: list[dict[str, Any]], max_step
             _DECODERS.popitem(last=False)
     _DECODERS.move_to_end(key)
     return decoder
+
+
+def forget(model: PreTrainedModel, contents: list[dict[str, Any]], max_new_tokens: int, eos_ids: set[int]) -> None:
+    """Drop the kept decoders of this prompt's signature (one whose recording failed must not be replayed)."""
+    base = signature(model, contents, round_up(max_new_tokens, STEPS_STEP), sorted(eos_ids) or [-1])
+    for key in [key for key in _DECODERS if key[: len(base)] == base]:
+        del _DECODERS[key]
 
 
 def static_form(cache: DynamicCache) -> list[dict[str, Any]]:

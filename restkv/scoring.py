@@ -25,6 +25,7 @@ from contextvars import ContextVar
 import torch
 import torch.nn.functional as F
 
+from restkv.fastpath import CHECKS, far_apart
 from restkv.worksizes import rows_at_once
 
 SATURATION_EPS = 1e-6
@@ -160,10 +161,17 @@ def scoring_path(path: str) -> Iterator[None]:
         _PATH.reset(token)
 
 
+DIRECT_DEVICES = ("cuda",)
+"""Device types where ``auto`` takes the direct path (CPU tests add ``cpu`` with a fake one)."""
+DIRECT_CHECK_TOLERANCE = 1e-4
+"""Largest difference between the direct and expanded scores, as a share of the largest score, that ``auto``'s
+check accepts (`restkv.fastpath`): the two agree to float32 rounding."""
+
+
 def pick_scoring_path(device: torch.device) -> str:
     """The path `reconstruction_after` takes on ``device`` (`SCORING_PATHS`)."""
     path = _PATH.get()
-    return ("direct" if device.type == "cuda" else "expanded") if path == "auto" else path
+    return ("direct" if device.type in DIRECT_DEVICES else "expanded") if path == "auto" else path
 
 
 def reconstruction_after(
@@ -191,10 +199,34 @@ def reconstruction_after(
 
     Past tokens are processed ``chunk`` at a time: by default `SCORING_CHUNK` on a CPU and as
     many as fit a GPU's free memory (`restkv.worksizes`), so a GPU scores any prompt in one pass.
-    On CUDA the distances are computed the `reconstruction_direct` way instead (`pick_scoring_path`).
+    On CUDA the distances are computed the `reconstruction_direct` way instead (`pick_scoring_path`); under the
+    ``auto`` path its first scores of each shape are checked against this expansion's (`restkv.fastpath`), and a
+    shape where they fail or disagree is scored by the expansion from then on.
     """
-    if pick_scoring_path(values.device) == "direct":
+    if pick_scoring_path(values.device) != "direct":
+        return reconstruction_expanded(attention, values, gram, tau, chunk)
+    if _PATH.get() != "auto":  # asked for by name: its failures are the user's to see
         return reconstruction_direct(attention, values, gram, tau, chunk)
+    key = ("scoring", str(values.device), values.dtype, tuple(attention.shape[:2]), tuple(values.shape[1::2]),
+           gram is None, tau)  # fmt: skip
+    return CHECKS.run(
+        key,
+        ("scoring", "direct", "expanded"),
+        lambda: reconstruction_direct(attention, values, gram, tau, chunk),
+        lambda: reconstruction_expanded(attention, values, gram, tau, chunk),
+        lambda a, b: far_apart(a, b, DIRECT_CHECK_TOLERANCE),
+    )
+
+
+def reconstruction_expanded(
+    attention: torch.Tensor,
+    values: torch.Tensor,
+    gram: torch.Tensor | None,
+    tau: float,
+    chunk: int | None = None,
+) -> torch.Tensor:
+    """`reconstruction_after`'s expanded path (a CPU's): the distances from ``vGv - 2 v.(Go) + oGo``, recomputed
+    from the difference where the expansion cancels."""
     b, h, past = attention.shape
     num_kv, d = values.shape[1], values.shape[-1]
     v = values[:, :, :past].float()  # [b, kv, P, d]

@@ -14,7 +14,8 @@ causally. Two kernels compute the same thing:
 Both fused kernels read the kept tokens back to back: when the decode reserve leaves free slots between
 heads, the tokens are first gathered (one copy of the layer's cache per call, what a concatenating cache
 does every step anyway). ``auto`` takes the first that can run: ``torch``, then ``flash``, then
-``reference``.
+``reference``, and checks a fused kernel's first output of each shape against the reference
+(`restkv.fastpath`): one that fails or disagrees is replaced by the reference for that shape.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 import torch
 
+from restkv.fastpath import CHECKS, far_apart
 from restkv.layouts import VarlenLayer
 
 VARLEN_KERNELS = ("auto", "reference", "torch", "flash")
@@ -48,11 +50,20 @@ def torch_varlen() -> Callable[..., torch.Tensor] | None:
     return varlen_attn
 
 
+FUSED_DEVICES = ("cuda",)
+"""Device types the fused kernels run on (CPU tests add ``cpu`` with a fake kernel)."""
+FUSED_DTYPES = (torch.float16, torch.bfloat16)
+CHECK_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 2e-2}
+"""Largest difference from the reference, as a share of its largest output, that ``auto``'s check accepts (float
+outputs of other dtypes: `DEFAULT_TOLERANCE`); a kernel computing the wrong thing misses by far more."""
+DEFAULT_TOLERANCE = 1e-4
+
+
 def pick_kernel(requested: str, query: torch.Tensor) -> str:
     """The kernel that runs for ``requested`` (see `VARLEN_KERNELS`) on ``query``."""
     if requested == "reference":
         return requested
-    fused = query.is_cuda and query.dtype in (torch.float16, torch.bfloat16)
+    fused = torch.device(query.device).type in FUSED_DEVICES and query.dtype in FUSED_DTYPES
     usable = {"torch": fused and torch_varlen() is not None, "flash": fused and flash_available()}
     if requested in usable and not usable[requested]:
         needs = "PyTorch's varlen_attn (PyTorch >= 2.9)" if requested == "torch" else "the flash_attn package"
@@ -162,8 +173,20 @@ def varlen_attention(
         raise NotImplementedError("varlen attention does not implement soft-capping or attention sinks")
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     picked = pick_kernel(kernel, query)
-    if picked == "torch":
-        return torch_attention(query, layer, scaling), None
-    if picked == "flash":
-        return flash_attention(query, layer, scaling), None
-    return reference_attention(query, layer, scaling), None
+    if picked == "reference":
+        return reference_attention(query, layer, scaling), None
+    fused = torch_attention if picked == "torch" else flash_attention
+    capturing = query.is_cuda and torch.cuda.is_current_stream_capturing()
+    if kernel != "auto" or capturing:  # asked for by name: its failures are the user's to see
+        return fused(query, layer, scaling), None
+    key = ("varlen", picked, str(query.device), query.dtype, query.shape[1], layer.heads, query.shape[-1],
+           query.shape[2] == 1)  # fmt: skip
+    tolerance = CHECK_TOLERANCE.get(query.dtype, DEFAULT_TOLERANCE)
+    out = CHECKS.run(
+        key,
+        ("varlen", picked, "reference"),
+        lambda: fused(query, layer, scaling),
+        lambda: reference_attention(query, layer, scaling),
+        lambda a, b: far_apart(a, b, tolerance),
+    )
+    return out, None

@@ -3,7 +3,8 @@
 #   1. the gpu-marked tests (tests/test_gpu.py: CUDA vs CPU decisions and decoding for sdpa and, when
 #      flash_attn is installed, flash_attention_2, x GQA modes x ReST-KV / PyramidKV / AdaKV; float32 and
 #      bfloat16 on the golden cases; fidelity memory over 40 samples; eval/run.py and the latency
-#      benchmark on CUDA)                                                  -> results/gpu/pytest.xml, pytest.log
+#      benchmark on CUDA; tests/test_fast_path_fallback.py: no layout's fast path falls back)
+#                                                                          -> results/gpu/pytest.xml, pytest.log
 #   2. the fused varlen kernels (PyTorch's varlen_attn; flash-attn's where installed) against the reference
 #      varlen path                                                      -> results/gpu/varlen-kernels-check.json
 #   3. the efficiency benchmark (scripts/efficiency_gpu.sh) at 32k and 128k tokens, one repeat: prefill
@@ -17,6 +18,13 @@
 #   5. one layer's eviction decision at 32k and 128k tokens, budget 1024: SnapKV, ReST-KV (its GPU scoring
 #      path), every ablation row and AdaKV, time and peak memory side by side (configs/latency/gpu-scoring.yaml)
 #                                                                          -> results/gpu/gpu-scoring.json
+#   6. the default fast paths checked against the eager ones on every layout (scripts/check_fast_paths.py:
+#      dense, full, varlen, masked; one prompt and batched rows; any fallback fails the step)
+#                                                                          -> results/gpu/fast-paths.json
+#   7. the capacity benchmark, cut to 32k tokens and four budgets (configs/latency/capacity-gpu.yaml has the
+#      whole sweep): the largest decode batch per budget for SnapKV, ReST-KV and head-wise ReST-KV, its total
+#      tokens/s, time to first token, peak memory and ratio to the bandwidth bound
+#                                                                          -> results/gpu/capacity.json, .md, .png
 # (eval/run.py itself runs on CUDA in the gpu tests; the throughput step drives its answering code.)
 # It prints one table of what passed (also results/gpu/summary.md and summary.json) and exits non-zero if
 # anything failed. Every step runs even when an earlier one fails.
@@ -56,9 +64,13 @@ step() {  # step <name> <result file> <command...>: run it, log it, record statu
     printf '%s\t%s\t%s\t%s\n' "${name}" "${status}" "$((SECONDS - start))" "${result}" >> "${steps_file}"
 }
 
+# The capacity step's Hydra overrides, one line (tests/test_capacity.py composes them).
+capacity_overrides=("latency.contexts=[32768]" "latency.capacity_budgets=[full,0.125,2048,256]")
+capacity_dry=("latency=capacity" "latency.contexts=[512]" "latency.capacity_budgets=[full,0.25,64]" "latency.memory_cap_mib=4" "latency.capacity_max_batch=16" "latency.decode_tokens=2" "latency.repeats=1")
+
 if [[ ${dry} == 1 ]]; then
     export RESTKV_GPU_TESTS_DEVICE=cpu
-    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py -k "not flash and (llama or not arch)" \
+    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py tests/test_fast_path_fallback.py -k "not flash and (llama or not arch)" \
         --junitxml="${out}/pytest.xml"
     step efficiency "${TMPDIR:-/tmp}/restkv-efficiency/gpu-h200-tiny-cpu.json" scripts/efficiency_gpu.sh --device cpu --tiny \
         "latency.decode_caches=[dynamic,preallocated,static]"
@@ -66,14 +78,20 @@ if [[ ${dry} == 1 ]]; then
         --tiny --preset gpu-scoring latency.dtype=float32 "latency.policies=[snapkv,restkv,ablation/recon_last,adakv]"
     shape=micro-llama; shape_config=models/micro-llama/config.json; device=cpu; dtype=float32; lengths="[1024]"; budget=64
     step throughput "${out}/throughput.json" python scripts/throughput.py --dry-run --out "${out}/throughput.json"
+    step fast-paths "${out}/fast-paths.json" python scripts/check_fast_paths.py --dry-run --out "${out}/fast-paths.json"
+    step capacity "${out}/capacity.json" python -m restkv.eval.latency "${capacity_dry[@]}" latency.name=capacity \
+        latency.out_dir="${out}"
 else
-    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py --junitxml="${out}/pytest.xml"
+    step gpu-tests "${out}/pytest.xml" python -m pytest -q -m gpu tests/test_gpu.py tests/test_fast_path_fallback.py --junitxml="${out}/pytest.xml"
     step varlen-kernels "${out}/varlen-kernels-check.json" python scripts/check_varlen_kernels.py \
         --out "${out}/varlen-kernels-check.json"
     step efficiency "${out}/gpu-check.json" scripts/efficiency_gpu.sh latency.name=gpu-check latency.out_dir="${out}" \
         "latency.contexts=[32768,131072]" latency.repeats=1 "latency.decode_caches=[dynamic,preallocated,static]"
     step scoring "${out}/gpu-scoring.json" scripts/efficiency_gpu.sh --preset gpu-scoring latency.name=gpu-scoring \
         latency.out_dir="${out}" "latency.contexts=[32768,131072]"
+    step fast-paths "${out}/fast-paths.json" python scripts/check_fast_paths.py --out "${out}/fast-paths.json"
+    step capacity "${out}/capacity.json" python -m restkv.eval.latency latency=capacity-gpu "${capacity_overrides[@]}" \
+        latency.name=capacity latency.out_dir="${out}"
     shape=llama-3.1-8b; shape_config=configs/shapes/llama-3.1-8b.json; device=cuda; dtype=bfloat16; lengths="[8192]"
     budget=1024
 fi
@@ -133,6 +151,24 @@ for line in (out / "steps.tsv").read_text().splitlines():
             f"{'' if r['same_answers_as_first'] else ', ANSWERS DIFFER'}"
             for r in measured.get("batched", [])
         )
+    elif name == "fast-paths" and Path(result).is_file():
+        rows_ = json.loads(Path(result).read_text())["rows"]
+        bad = [f"{r['case']}: {'; '.join(r['fallbacks'])}" for r in rows_ if not r["passed"]]
+        paths = sorted({r["path"] for r in rows_})
+        detail = f"{len(rows_) - len(bad)}/{len(rows_)} layouts kept their fast path (paths: {', '.join(paths)})"
+        detail += "; FELL BACK: " + " | ".join(bad) if bad else ""
+    elif name == "capacity" and Path(result).is_file():
+        entries = json.loads(Path(result).read_text())["entries"]
+        longest = max(e["context"] for e in entries)
+        parts = []
+        for e in (e for e in entries if e["context"] == longest):
+            if e["tokens"] is None:
+                parts.append(f"{longest} full: batch {e['batch']}, {e.get('tokens_per_second', 0):.0f} tok/s")
+            else:
+                parts.append(f"{e['policy']}@{e['budget']}: batch {e['batch']} ({e.get('batch_vs_full', '-')}x), "
+                             f"{e.get('tokens_per_second', 0):.0f} tok/s ({e.get('throughput_vs_full', '-')}x full), "
+                             f"{e.get('ratio_to_bound', 0):.2f} of bound")
+        detail = "; ".join(parts)
     elif name.startswith("e2e-"):
         metrics = sorted(Path(result).rglob(f"{name[4:]}/*/metrics.json"))
         if metrics:

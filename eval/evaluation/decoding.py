@@ -5,14 +5,17 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from restkv import graphs
 from restkv.choices import PROTOCOLS as PROTOCOLS  # re-exported
 from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.prompting import PromptTokens
-from restkv.graphs import DECODE_PATHS, decode_static, static_form
+from restkv.fastpath import CHECKS
+from restkv.graphs import DECODE_PATHS, STEPS_STEP, decode_static, forget, round_up, signature, static_form
 from restkv.integrate import KVCompressor
 
 STOP_CHECK_STEPS = {"cpu": 1}
@@ -41,7 +44,7 @@ def check_decode(decode: str, device: torch.device) -> None:
     """Refuse, before any work, a decode path that cannot run here (naming the setting)."""
     if decode not in DECODE_PATHS:
         raise ValueError(f"decode={decode!r} is not allowed; choose one of: {', '.join(DECODE_PATHS)}")
-    if decode == "graph" and device.type != "cuda":
+    if decode == "graph" and device.type not in graphs.RECORDING_DEVICES:
         raise ValueError(
             f"decode=graph records the decode step as a CUDA graph; this run's device is {device.type!r}: run on a "
             "GPU (device=cuda), or use decode=static (the same step, run eagerly) or decode=auto"
@@ -53,7 +56,7 @@ def _path(decode: str, cache: DynamicCache, device: torch.device) -> tuple[str, 
 
     ``auto`` records on CUDA where every layer has a static form, else decodes eagerly; ``static`` and
     ``graph`` refuse a cache without one (quantized layers), naming the way out."""
-    if decode == "eager" or (decode == "auto" and device.type != "cuda"):
+    if decode == "eager" or (decode == "auto" and device.type not in graphs.RECORDING_DEVICES):
         return "eager", None
     try:
         contents = static_form(cache)
@@ -125,7 +128,9 @@ def answer(
     start = time.perf_counter()
     path, contents = _path(decode, cache, logits.device)
     if contents is None:
-        generated, forwards = _greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
+        generated, forwards = greedy(model, cache, logits, prompt.length, max_new_tokens, eos_ids)
+    elif decode == "auto":
+        path, generated, forwards = _checked(model, cache, contents, logits, prompt.length, max_new_tokens, eos_ids)
     else:
         every = STOP_CHECK_STEPS.get(logits.device.type, DEFAULT_STOP_CHECK_STEPS)
         decoded = decode_static(
@@ -135,6 +140,73 @@ def answer(
     synchronize(*devices)
     seconds = time.perf_counter() - start
     return Answer(cut_at_eos(generated.tolist(), eos_ids), prefill_seconds, seconds, kept_tokens, forwards, path)
+
+
+def decode_check_key(model: PreTrainedModel, contents: list, max_new: int, eos_ids: set[int], rows: Any) -> tuple:
+    """The signature a recorded decoder is checked under (`restkv.fastpath`): its shapes and its rows setting."""
+    return ("decode", *signature(model, contents, round_up(max_new, STEPS_STEP), sorted(eos_ids) or [-1]), rows)
+
+
+TIE_MARGIN = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+"""A greedy choice whose `relative_margin` is at most this (per the logits' dtype) is a near tie: two correct
+kernels may round it either way, so answers that first part there are not a disagreement."""
+
+
+def relative_margin(logits: torch.Tensor) -> torch.Tensor:
+    """How clearly greedy picks its token: (top logit - runner-up) / max(|top logit|, 1), on the device."""
+    top = logits.float().topk(2).values
+    return (top[0] - top[1]) / top[0].abs().clamp_min(1.0)
+
+
+def token_disagreement(fast: list[int], eager: list[int], margins: list[float] | None = None, tie=0.0) -> str | None:
+    """Where a fast path's answer (cut at EOS) leaves the eager loop's, None where they are equal or first part at
+    a near tie of the eager loop (``margins[i] <= tie``: rounding may pick either token)."""
+    if fast == eager:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(fast, eager, strict=False)) if a != b), min(len(fast), len(eager)))
+    if margins is not None and at < len(margins) and margins[at] <= tie:
+        return None
+    return f"tokens differ from the eager loop's from answer token {at} on ({len(fast)} vs {len(eager)} tokens)"
+
+
+def _checked(
+    model: PreTrainedModel,
+    cache: DynamicCache,
+    contents: list,
+    logits: torch.Tensor,
+    position: int,
+    max_new_tokens: int,
+    eos_ids: set[int],
+) -> tuple[str, torch.Tensor, int]:
+    """``decode=auto``'s recorded step, checked against the eager loop on the first prompt of each decoder
+    signature (`restkv.fastpath`): (path that answered, tokens, forwards). The recording runs first (it copies the
+    cache into its buffers), then the eager loop on the cache itself."""
+    every = STOP_CHECK_STEPS.get(logits.device.type, DEFAULT_STOP_CHECK_STEPS)
+    key = decode_check_key(model, contents, max_new_tokens, eos_ids, 1)
+
+    def fast() -> tuple[torch.Tensor, int]:
+        try:
+            decoded = decode_static(model, contents, logits, position, max_new_tokens, eos_ids, every, record=True)
+        except Exception:
+            forget(model, contents, max_new_tokens, eos_ids)
+            raise
+        return decoded.tokens, decoded.forwards
+
+    margins = torch.ones(max_new_tokens, dtype=torch.float32, device=logits.device)
+
+    def eager() -> tuple[torch.Tensor, int]:
+        return greedy(model, cache, logits, position, max_new_tokens, eos_ids, margins)
+
+    def differ(a: tuple[torch.Tensor, int], b: tuple[torch.Tensor, int]) -> str | None:
+        fast, slow = cut_at_eos(a[0].tolist(), eos_ids), cut_at_eos(b[0].tolist(), eos_ids)
+        return token_disagreement(fast, slow, margins.tolist(), TIE_MARGIN.get(logits.dtype, 0.0))
+
+    generated, forwards = CHECKS.run(key, ("decode", "graph", "eager"), fast, eager, differ)
+    verdict = CHECKS.verdict(key)
+    if verdict is not None and not verdict.ok:
+        forget(model, contents, max_new_tokens, eos_ids)
+        return "eager", generated, forwards
+    return "graph", generated, forwards
 
 
 def timed_prefill(
@@ -157,15 +229,17 @@ def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
     return tokens[: ends[0]] if ends else tokens
 
 
-def _greedy(
+def greedy(
     model: PreTrainedModel,
     cache: DynamicCache,
     logits: torch.Tensor,
     position: int,
     max_new_tokens: int,
     eos_ids: set[int],
+    margins: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, int]:
-    """Greedy tokens from ``logits`` on (EOS included, possibly followed by a few more) and the forwards run."""
+    """Greedy tokens from ``logits`` on (EOS included, possibly followed by a few more) and the forwards run;
+    ``margins`` (float32, one per token), when given, receives each token's `relative_margin`."""
     device = logits.device
     every = STOP_CHECK_STEPS.get(device.type, DEFAULT_STOP_CHECK_STEPS)
     eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
@@ -176,6 +250,8 @@ def _greedy(
     for step in range(max_new_tokens):
         token = logits.argmax()
         generated[step] = token
+        if margins is not None:
+            margins[step] = relative_margin(logits)
         ended |= torch.isin(token, eos)
         if ((step + 1) % every == 0 or step + 1 == max_new_tokens) and bool(ended):
             return generated[: step + 1], forwards

@@ -43,9 +43,11 @@ TIMING_FIELDS = (
     "peak_memory_bytes",
     "decode_path",
     "decode_batch",
+    "fallbacks",
 )
 """Fields that depend on the machine (decode steps run past an EOS depend on the device type; which decode path
-ran and the batch size, on the GPU and its free memory): a sample redone elsewhere has others, the same result."""
+ran, the batch size and the fast paths' fallbacks, on the GPU, its stack and its free memory): a sample redone
+elsewhere has others, the same result."""
 
 
 class RunFolderError(Exception):

@@ -38,6 +38,7 @@ from restkv.eval.models.fingerprint import input_digests, weights_fingerprint
 from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer, local_config
 from restkv.eval.models.placement import check_device_map
 from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model, model_spec
+from restkv.fastpath import CHECKS, with_fallbacks
 from restkv.quantize import Quantization
 from restkv.registry import policy_defaults, resolve_policy
 from restkv.storage import check_storage
@@ -243,8 +244,9 @@ def outcomes(
     prompts = ((s, tokenize(s, plan.tokenizer, spec.chat_template, spec.max_context)) for s in todo)
     if plan.decode_batch == 1:
         for sample, prompt in prompts:
+            CHECKS.drain()  # what a fast path's check decides from here on is this sample's
             outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
-            yield sample, prompt, {**outcome, **snapshot(), "decode_batch": 1}
+            yield sample, prompt, with_fallbacks({**outcome, **snapshot(), "decode_batch": 1}, CHECKS.drain())
         return
     evaluate_many = plan.evaluation.evaluate_many  # type: ignore[attr-defined]
     yield from evaluate_many(plan.benchmark, session, list(prompts), plan.decode_batch, snapshot)
@@ -295,13 +297,16 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
 
 
 def decode_summary(records: list[dict[str, Any]], setting: str, batch: int | str) -> dict[str, Any]:
-    """The ``decode`` setting and how many samples each path decoded, the batch setting and how many samples each
-    batch size decoded (a resumed run may mix machines)."""
+    """The ``decode`` setting and how many samples each path decoded, how many samples each fast path's fallback
+    (`restkv.fastpath`) affected, by its message, the batch setting and how many samples each batch size decoded
+    (a resumed run may mix machines)."""
     paths = Counter(r["decode_path"] for r in records if "decode_path" in r)
     sizes = Counter(r["decode_batch"] for r in records if "decode_batch" in r)
+    fallbacks = Counter(message for r in records for message in r.get("fallbacks", []))
     return {
         "setting": setting,
         "paths": dict(sorted(paths.items())),
+        "fallbacks": dict(sorted(fallbacks.items())),
         "batch": {"setting": batch, "sizes": {str(k): v for k, v in sorted(sizes.items())}},
     }
 

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from restkv.eval.harness.config_tree import CONFIGS
 from restkv.eval.harness.errors import guarded
-from restkv.eval.latency import model_mode, scoring_mode
+from restkv.eval.latency import capacity, capacity_report, model_mode, scoring_mode
 from restkv.eval.latency.modeling import cache_token_bytes
 from restkv.eval.latency.plots import plot
 from restkv.eval.latency.records import summarize, summarize_scoring, tables
@@ -44,8 +44,25 @@ def measure(settings: Settings, command: str = "") -> dict[str, Any]:
     return summarize(settings, model_mode.run(settings), token_bytes, command)
 
 
+def run_capacity(settings: Settings, command: str = "") -> dict[str, Any]:
+    """``mode: capacity``: measure, write ``<out_dir>/<name>.json``, its table ``.md`` and plot ``.png``."""
+    record = capacity_report.summarize(settings, capacity.run(settings), command)
+    path = settings.json_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if settings.plots:
+        record["plots"] = [p.name for p in capacity_report.plot(record, path.with_suffix(""))]
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    text = capacity_report.table(record)
+    path.with_suffix(".md").write_text(text)
+    print(text)
+    print(f"results: {path}")
+    return record
+
+
 def run(settings: Settings, command: str = "") -> dict[str, Any]:
     """Measure, write ``<out_dir>/<name>.json`` and the plots, print the tables; return the record."""
+    if settings.mode == "capacity":
+        return run_capacity(settings, command)
     record = measure(settings, command)
     path = settings.json_path()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,11 +24,17 @@ MASKED_CACHES = ("masked", "static")
 """Kinds read with a per-slot mask, which flash-attention does not take."""
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
-MODES = ("model", "scoring")
+MODES = ("model", "scoring", "capacity")
 
 
 def _positive_ints(values: Any) -> bool:
     return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values)
+
+
+def _budget_spec(value: Any) -> bool:
+    if isinstance(value, float):
+        return 0 < value < 1
+    return value == "full" or (isinstance(value, int) and not isinstance(value, bool) and value > 0)
 
 
 @dataclass
@@ -66,6 +72,10 @@ class Settings:
     scoring_calls: int = 3
     scoring_gram_every_call: bool = True
     scoring_authors: bool = False
+    capacity_policies: list[str] = field(default_factory=lambda: ["snapkv", "restkv", "ada_restkv"])
+    capacity_budgets: list[Any] = field(default_factory=lambda: ["full", 0.5, 0.25, 0.125, 0.0625, 2048, 1024, 256])
+    capacity_max_batch: int = 256
+    memory_cap_mib: int | None = None
     memory: bool = True
     memory_contexts: list[int] | None = None
     bandwidth_mib: int = 1024
@@ -108,12 +118,21 @@ class Settings:
             (_positive_ints(self.budgets), f"budgets={self.budgets}: budgets must be positive integers"),
             (_positive_ints(self.decode_budgets), f"decode_budgets={self.decode_budgets}: positive integers"),
             (self.repeats >= 1 and self.warmup >= 0, "repeats must be >= 1 and warmup >= 0"),
+            (
+                all(_budget_spec(b) for b in self.capacity_budgets),
+                f"capacity_budgets={self.capacity_budgets}: each is full, a fraction in (0, 1) or a token count > 0",
+            ),
+            (self.capacity_max_batch >= 1, f"capacity_max_batch={self.capacity_max_batch}: must be >= 1"),
+            (
+                self.memory_cap_mib is None or (_positive_ints([self.memory_cap_mib])),
+                f"memory_cap_mib={self.memory_cap_mib!r}: null or a positive integer (MiB)",
+            ),
             (self.decode_tokens >= 1 and self.decode_warmup_tokens >= 0, "decode_tokens must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(f"latency.{message}")
-        for name in {*self.policies, self.decode_policy}:
+        for name in {*self.policies, self.decode_policy, *self.capacity_policies}:
             config_file("policy", name, "policy")  # fails early on an unknown policy name
 
     @classmethod
