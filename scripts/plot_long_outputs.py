@@ -19,7 +19,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from restkv.eval.harness.errors import guarded
+from restkv.eval.harness.errors import guarded_script
 from restkv.eval.report.collect import RunResult, load_runs
 
 
@@ -100,7 +100,7 @@ def save(figure: Any, stem: Path) -> list[Path]:
     return paths
 
 
-@guarded
+@guarded_script(out="--out DIR")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("figure", choices=["lengths", "turns"])
