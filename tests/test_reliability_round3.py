@@ -220,8 +220,15 @@ def test_a_full_disk_names_the_file_it_could_not_write(tmp_path: Path) -> None:
 
     log = PredictionLog(tmp_path)
     log._file.close()
-    with open("/dev/full", "w", encoding="utf-8") as full, pytest.raises(OSError) as caught:
-        log._file = full  # every write: ENOSPC, naming no file
+
+    class FullDisk:
+        """A file on a full disk: every write raises ENOSPC naming no file, as the kernel's error does."""
+
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    log._file = FullDisk()
+    with pytest.raises(OSError) as caught:
         log.append({"id": "a", "task": "t", "score": 1.0})
     assert caught.value.errno == errno.ENOSPC
     assert user_message(caught.value).startswith(f"No space left on device: {tmp_path / 'predictions.jsonl'}; ")
