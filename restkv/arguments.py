@@ -30,7 +30,6 @@ def check_compress_arguments(model: Any, policy: Any, budget: Any, **options: An
 
     from restkv.decode_eviction import DecodeEviction
     from restkv.policy import Policy
-    from restkv.quantize import Quantization
     from restkv.select import Budget
 
     owner = "compress"
@@ -44,10 +43,7 @@ def check_compress_arguments(model: Any, policy: Any, budget: Any, **options: An
         check_type(owner, name, options[name], str, "a string naming a choice")
     for name in ("timed", "trace_decode"):
         check_type(owner, name, options[name], bool, "True or False")
-    quantization = options["quantization"]
-    if quantization is not None:
-        how = _build_hint("restkv.Quantization", quantization)
-        check_type(owner, "quantization", quantization, Quantization, "a restkv.Quantization or None", how)
+    # quantization: refused by name in `restkv.quantize.enabled_quantization` (with an example of what to pass)
     decode_eviction = options["decode_eviction"]
     if decode_eviction is not None:
         how = _build_hint("restkv.decode_eviction.DecodeEviction", decode_eviction)
