@@ -14,7 +14,22 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the argument checks here run before torch is imported; the cache check imports it
     import torch
 
-__all__ = ["check_choice", "check_finite_cache", "check_number"]
+__all__ = ["check_choice", "check_finite_cache", "check_number", "check_type"]
+
+
+def check_type(
+    owner: str, name: str, value: object, expected: type | tuple[type, ...], what: str, hint: str = ""
+) -> None:
+    """Raise a TypeError naming the argument, the value's type and what is expected unless ``value`` is an
+    instance of ``expected`` (booleans never pass for numbers); ``hint`` says how to build the right thing."""
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types and int in types):
+        return
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise TypeError(
+        f"{owner}: {name} must be {what}, got {type(value).__name__} {shown}" + (f"; {hint}" if hint else "")
+    )
 
 
 def check_choice(owner: str, name: str, value: object, allowed: tuple[str, ...]) -> None:

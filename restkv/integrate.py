@@ -51,6 +51,7 @@ from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 
 from restkv.allocation import HeadSelection
+from restkv.arguments import check_compress_arguments
 from restkv.attention import ACTIVE, install, uninstall
 from restkv.cache import (
     CACHE_KEYWORDS,
@@ -137,6 +138,7 @@ class KVCompressor:
         decode_eviction: DecodeEviction | None = None,
         trace_decode: bool = False,
     ) -> None:
+        check_compress_arguments(**{name: value for name, value in locals().items() if name != "self"})
         self.model = model
         self.policy = policy
         self.budget = budget if isinstance(budget, Budget) else Budget(budget)

@@ -16,13 +16,13 @@ agreement and KL tables (policies x budgets) and saves a plot of accuracy agains
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
+from restkv.eval.harness.folder_state import read_folder
 from restkv.eval.harness.run_folder import run_folder
 from restkv.eval.harness.runner import RunSettings, run_benchmark
 from restkv.eval.report.collect import folder_scores, format_grid
@@ -347,9 +347,8 @@ def quantization_table(args: argparse.Namespace, title: str) -> None:
 
 
 def mean_answer_length(folder: Path) -> float:
-    """Mean generated tokens per answer in a run folder."""
-    records = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line.strip()]
-    return sum(r.get("new_tokens", 0) for r in records) / max(len(records), 1)
+    """Mean generated tokens per answer in a run folder (read by the one reader of run folders)."""
+    return read_folder(folder).answer_length
 
 
 def phase_table(args: argparse.Namespace, title: str) -> None:

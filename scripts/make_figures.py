@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from restkv.eval.harness.errors import guarded
+from restkv.eval.harness.errors import guarded_script
 from restkv.eval.report.artifacts import ARTIFACTS, NAMES, build_report, headline_markdown, make_all, write_table
 
 
@@ -35,7 +35,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@guarded
+@guarded_script(out="--out DIR")
 def main(argv: list[str] | None = None) -> int:
     """Refusals (a missing or unwritable folder, a full disk) end with one line and exit 2, nothing half-written."""
     args = _parse(argv)

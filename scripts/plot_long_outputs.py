@@ -6,49 +6,38 @@
 ``lengths``: accuracy and mean answer length against the budget, one line per policy and eviction phase
 (the decode budget for ``compression.phase=decode|both`` runs, the budget otherwise): low budgets can make
 answers longer, so accuracy alone misleads. ``turns``: accuracy of each turn of ``evaluation=multi_turn`` runs,
-one line per policy and budget. Each figure is written as PNG and PDF; runs still in progress are left out.
+one line per policy and budget. Each figure is written as PNG and PDF. Run folders are read by the one reader of
+run folders (`restkv.eval.report.collect.load_runs`): runs in progress, stopped or unreadable are left out, and
+every folder left out is named on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from restkv.eval.harness.errors import guarded_script
+from restkv.eval.report.collect import RunResult, load_runs
 
 
-def finished_runs(root: Path, bench: str | None = None) -> list[dict[str, Any]]:
-    """Every finished run folder under ``root`` (``metrics.json`` present, no ``.lock``): its metrics, config and
-    mean answer length."""
-    runs = []
-    for metrics_file in sorted(root.rglob("metrics.json")):
-        folder = metrics_file.parent
-        if (folder / ".lock").exists() or not (folder / "config.yaml").is_file():
-            continue
-        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
-        if bench is not None and metrics.get("bench") != bench:
-            continue
-        config = OmegaConf.to_container(OmegaConf.load(folder / "config.yaml"))
-        lines = (folder / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
-        records = [json.loads(line) for line in lines if line.strip()]
-        length = sum(r.get("new_tokens", 0) for r in records) / max(len(records), 1)
-        runs.append({"metrics": metrics, "config": config, "answer_length": length, "folder": folder})
-    return runs
+def finished_runs(root: Path, bench: str | None = None, notes: list[str] | None = None) -> list[RunResult]:
+    """Every finished run under ``root`` (of ``bench`` when given); why each other folder is left out goes to
+    ``notes``."""
+    return [run for run in load_runs(root, notes) if bench is None or run.bench == bench]
 
 
-def phase_and_budget(run: dict[str, Any]) -> tuple[str, int | float]:
+def phase_and_budget(run: RunResult) -> tuple[str, int | float]:
     """The run's eviction phase and the budget that bounds its cache while it answers."""
-    compression = run["config"].get("compression") or {}
+    compression = run.config.get("compression") or {}
     phase = compression.get("phase", "prefill")
-    budget = compression.get("decode_budget") if phase != "prefill" else run["config"]["budget"]
+    budget = compression.get("decode_budget") if phase != "prefill" else run.config.get("budget", run.budget)
     return phase, budget
 
 
-def plot_lengths(runs: list[dict[str, Any]], out: Path) -> list[Path]:
+def plot_lengths(runs: list[RunResult], out: Path) -> list[Path]:
     """Accuracy (left) and mean answer length (right) against the budget, per policy and phase."""
     import matplotlib
 
@@ -57,11 +46,12 @@ def plot_lengths(runs: list[dict[str, Any]], out: Path) -> list[Path]:
 
     series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for run in runs:
-        if run["config"].get("evaluation", {}).get("_target_", "").endswith("MultiTurn"):
+        multi_turn = str((run.config.get("evaluation") or {}).get("_target_", "")).endswith("MultiTurn")
+        if multi_turn or run.metrics.get("average") is None:
             continue
         phase, budget = phase_and_budget(run)
-        label = f"{run['metrics']['policy']} ({phase})"
-        series[label].append((float(budget), run["metrics"]["average"], run["answer_length"]))
+        label = f"{run.policy} ({phase})"
+        series[label].append((float(budget), run.average, run.answer_length))
     if not series:
         raise ValueError("no finished generation run under --runs (for --bench) to plot")
     figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
@@ -81,15 +71,14 @@ def plot_lengths(runs: list[dict[str, Any]], out: Path) -> list[Path]:
     return save(figure, out / "long-outputs-lengths")
 
 
-def plot_turns(runs: list[dict[str, Any]], out: Path) -> list[Path]:
+def plot_turns(runs: list[RunResult], out: Path) -> list[Path]:
     """Accuracy of each turn, per policy and budget, for ``evaluation=multi_turn`` runs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = [(f"{r['metrics']['policy']} @ {r['config']['budget']}", r["metrics"]["turn_scores"]) for r in runs
-              if r["metrics"].get("turn_scores")]  # fmt: skip
+    curves = [(f"{r.policy} @ {r.budget}", r.metrics["turn_scores"]) for r in runs if r.metrics.get("turn_scores")]
     if not curves:
         raise ValueError("no finished evaluation=multi_turn run under --runs to plot")
     figure, axis = plt.subplots(figsize=(6, 4))
@@ -111,6 +100,7 @@ def save(figure: Any, stem: Path) -> list[Path]:
     return paths
 
 
+@guarded_script(out="--out DIR")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("figure", choices=["lengths", "turns"])
@@ -120,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.runs.is_dir():
         parser.error(f"--runs {args.runs}: no such folder")
-    runs = finished_runs(args.runs, args.bench)
+    notes: list[str] = []
+    runs = finished_runs(args.runs, args.bench, notes)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     try:
         paths = plot_lengths(runs, args.out) if args.figure == "lengths" else plot_turns(runs, args.out)
     except ValueError as error:

@@ -100,6 +100,8 @@ def test_second_call_reads_the_cache_not_the_files(tmp_path: Path, cache: Path, 
     assert entries[str(weights.resolve())] == {
         "size": weights.stat().st_size,
         "mtime_ns": weights.stat().st_mtime_ns,
+        "ino": weights.stat().st_ino,
+        "ctime_ns": weights.stat().st_ctime_ns,
         "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
     }
     assert len(entries) == 3  # weights, config, tokenizer

@@ -138,7 +138,7 @@ BAD = [
     (
         "outputs not strings",
         lambda root: write(root / "512" / "vt.jsonl", [{**vt_record(), "outputs": [1]}]),
-        r"vt.jsonl:1: 'outputs' must be a non-empty list",
+        r"vt.jsonl:1: .*field 'outputs\[0\]' must be one of str, got int",
     ),
     (
         "not JSON",

@@ -91,8 +91,9 @@ def test_numbers_and_rows_flatten_what_wandb_takes(tmp_path: Path) -> None:
     summary = {"average": 50.0, "tasks": {"a": 1.0}, "ran": ["a"], "ok": True, "nan": float("nan"), "budget": "64"}
     assert tracking.numbers(summary) == {"average": 50.0, "tasks/a": 1.0}
     path = tmp_path / PREDICTIONS
-    path.write_text(json.dumps({"id": "x", "score": 1.0, "references": ["a"]}) + "\n" + json.dumps({"id": "y"}) + "\n")
-    columns, rows = tracking.prediction_rows(path)
-    assert columns == ["id", "score", "references"]
-    assert rows == [["x", 1.0, '["a"]'], ["y", None, None]]
+    lines = [{"id": "x", "task": "t", "score": 1.0, "references": ["a"]}, {"id": "y", "task": "t", "score": 0}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"id": "z", "ta')  # a torn last line
+    columns, rows = tracking.prediction_rows(path)  # the runner's reader: the torn line is not a row
+    assert columns == ["id", "task", "score", "references"]
+    assert rows == [["x", "t", 1.0, '["a"]'], ["y", "t", 0, None]]
     assert OmegaConf.to_container(composed("logger=wandb").logger)["mode"] == "offline"

@@ -2,8 +2,9 @@
 
 Every problem is a :class:`DataFileError` (a ``ValueError``) whose message starts with
 ``<file>:<line>:``; for a file inside an archive the file part is ``<archive>:<member>``. A line
-that is not JSON, a line that is not a JSON object, a missing field and a field of the wrong
-type are all reported that way, naming the benchmark, the task and the field.
+that is not JSON, a line that is not a JSON object, a missing or empty field, a field of the wrong
+type and a missing id are all reported that way, naming the benchmark, the task and the field (the
+record checks are `restkv.eval.benchmarks.records`, shared by every loader).
 
 Blank lines are skipped (the InfiniteBench scorer does the same); every other line must be one
 JSON object.
@@ -17,26 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+__all__ = [
+    "DataFileError", "Field", "JsonlSource", "all_items", "check_fields", "iter_jsonl", "iter_lines", "open_jsonl",
+    "resolve_path", "task_records",
+]  # fmt: skip
+
 from restkv.eval.benchmarks.reads import note
+from restkv.eval.benchmarks.records import ID, DataFileError, Field, all_items, check_fields
 from restkv.eval.models.paths import local_path
-
-
-class DataFileError(ValueError):
-    """A data file that does not have the official layout; the message names the file and line."""
-
-
-@dataclass(frozen=True)
-class Field:
-    """What a field must hold: the accepted Python types (after ``json.loads``) and how to say it."""
-
-    types: tuple[type, ...]
-    description: str
-    required: bool = True
-
-    def accepts(self, value: Any) -> bool:
-        if isinstance(value, bool) and bool not in self.types:
-            return False  # JSON true/false must not pass for an integer
-        return isinstance(value, self.types)
 
 
 def resolve_path(path: str | Path) -> Path:
@@ -93,27 +82,6 @@ def open_jsonl(path: Path) -> JsonlSource:
     return JsonlSource(str(path), iter_jsonl(path))
 
 
-def check_fields(
-    record: Mapping[str, Any], fields: Mapping[str, Field], *, benchmark: str, task: str, where: str, line: int
-) -> None:
-    """Raise :class:`DataFileError` naming the first missing or mistyped field of ``record``."""
-    for name, spec in fields.items():
-        if name not in record:
-            if not spec.required:
-                continue
-            present = ", ".join(sorted(record)) or "none"
-            raise DataFileError(
-                f"{where}:{line}: {benchmark} task {task!r}: missing field {name!r} ({spec.description}); "
-                f"fields present: {present}"
-            )
-        value = record[name]
-        if not spec.accepts(value):
-            raise DataFileError(
-                f"{where}:{line}: {benchmark} task {task!r}: field {name!r} must be {spec.description}, "
-                f"got {type(value).__name__} {_preview(value)}"
-            )
-
-
 def task_records(
     source: JsonlSource,
     fields: Mapping[str, Field],
@@ -125,15 +93,16 @@ def task_records(
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, record)`` for the records of one task's file, each checked before it is yielded.
 
-    A record must have ``fields`` (:func:`check_fields`) and an ``id_field`` value (as a string)
-    that no earlier record of the file has. At most ``limit`` records are read (``None``: all),
-    so a file's lines past the limit are never parsed. A file without any record is refused (a task
-    must not vanish from a run unnoticed).
+    A record must have ``fields`` (:func:`check_fields`) and an ``id_field`` value (`records.ID` unless ``fields``
+    says otherwise; compared as a string) that no earlier record of the file has. At most ``limit`` records are
+    read (``None``: all), so a file's lines past the limit are never parsed. A file without any record is refused
+    (a task must not vanish from a run unnoticed).
     """
     seen: dict[str, int] = {}
     count = 0
+    checked = {id_field: ID, **fields}
     for count, (line, record) in enumerate(source.records, start=1):
-        check_fields(record, fields, benchmark=benchmark, task=task, where=source.where, line=line)
+        check_fields(record, checked, benchmark=benchmark, task=task, where=source.where, line=line)
         key = str(record[id_field])
         if key in seen:
             raise DataFileError(
@@ -149,13 +118,3 @@ def task_records(
             f"{source.where}: {benchmark} task {task!r}: the file holds no record (it is empty or blank); download "
             "it again (scripts/download_data.py) or drop the task from bench.tasks"
         )
-
-
-def _preview(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def all_items(value: list[Any], types: tuple[type, ...]) -> bool:
-    """True when every item of ``value`` is one of ``types`` (booleans never count as numbers)."""
-    return all(isinstance(item, types) and not (isinstance(item, bool) and bool not in types) for item in value)

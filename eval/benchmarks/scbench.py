@@ -47,6 +47,16 @@ TASKS = {
 """SCBench's tasks read here: metric, answer length (SCBench's), instruction before the context."""
 
 
+ANSWER = Field(
+    (str, int, float, list), "the turn's answer: text, a number or a list", nonempty=True, items=(str, int, float)
+)
+TURN = {"input": Field((str,), "the turn's question (text)", nonempty=True), "answer": ANSWER}
+TURNS = Field((list,), "a non-empty list of turns, each {input, answer}", nonempty=True, fields=TURN)
+CONTEXT = Field((str, list), "the shared context (text, or a list of texts)", nonempty=True, items=(str, int, float))
+"""What a record must hold (checked by `restkv.eval.benchmarks.records`): a null or object answer is refused, never
+turned into the reference ``'None'``."""
+
+
 def _text(value: Any) -> str:
     """A context or answer as text (the ``mf`` task stores numbers)."""
     if isinstance(value, list):
@@ -74,7 +84,7 @@ class SCBenchBenchmark(LocalTaskFiles):
 
     def task_samples(self, task: str, source: Any) -> list[Sample]:
         spec = TASKS[task]
-        fields = {"context": Field((str, list), "the shared context"), "multi_turns": Field((list,), "the turns")}
+        fields = {"context": CONTEXT, "multi_turns": TURNS}
         new_tokens = cap_new_tokens(spec.max_new_tokens, self.max_new_tokens_cap)
         samples = []
         for line, record in task_records(
@@ -84,8 +94,6 @@ class SCBenchBenchmark(LocalTaskFiles):
                 {"question": f"\n\n{turn['input']}", "answer_prefix": "", "references": [_text(turn["answer"])]}
                 for turn in record["multi_turns"]
             ]
-            if not turns:
-                raise ValueError(f"{source.where}:{line}: SCBench task {task!r}: a record without turns")
             head = f"{spec.instruction}\n\n" if spec.instruction else ""
             samples.append(
                 Sample(

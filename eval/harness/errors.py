@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 USER_ERROR_TYPES: list[type[BaseException]] = [ValueError, TypeError, NotImplementedError]
@@ -22,9 +23,9 @@ USER_ERROR_TYPES: list[type[BaseException]] = [ValueError, TypeError, NotImpleme
 FILE_SYSTEM_HINTS = {
     errno.ENOSPC: "the disk is full: free some space, then run the same command again (finished samples are kept)",
     errno.EDQUOT: "the disk quota is used up: free some space, then run the same command again",
-    errno.EACCES: "it is not writable by you: fix its permissions or choose another folder (out_dir=...)",
-    errno.EPERM: "it is not writable by you: fix its permissions or choose another folder (out_dir=...)",
-    errno.EROFS: "it is on a read-only file system: choose another folder (out_dir=...)",
+    errno.EACCES: "it is not writable by you: fix its permissions or choose another folder ({out})",
+    errno.EPERM: "it is not writable by you: fix its permissions or choose another folder ({out})",
+    errno.EROFS: "it is on a read-only file system: choose another folder ({out})",
     errno.EISDIR: "a folder stands where a file is expected: move it away",
     errno.ENOTDIR: "a file stands where a folder is expected (it or a parent): move it away or choose another folder",
     errno.EEXIST: "something stands in the way: move it away",
@@ -36,12 +37,17 @@ def register(*types: type[BaseException]) -> None:
     USER_ERROR_TYPES.extend(t for t in types if t not in USER_ERROR_TYPES)
 
 
-def user_message(error: BaseException) -> str | None:
-    """The one line shown for ``error``, or None when it is not a user's to fix (it keeps its traceback)."""
+OUT_OPTION = "out_dir=..."
+"""How the run's command line names its output folder (a script passes its own option, e.g. ``--out``)."""
+
+
+def user_message(error: BaseException, out: str = OUT_OPTION) -> str | None:
+    """The one line shown for ``error``, or None when it is not a user's to fix (it keeps its traceback); ``out``
+    is how the command names its output folder, for the hints."""
     if isinstance(error, OSError) and (error.filename or error.errno in FILE_SYSTEM_HINTS):
-        where = " -> ".join(str(f) for f in (error.filename, error.filename2) if f)
+        where = " -> ".join(str(f) for f in (error.filename, error.filename2) if f) or "(path not known)"
         what = error.strerror or str(error)
-        hint = FILE_SYSTEM_HINTS.get(error.errno or 0, "")
+        hint = FILE_SYSTEM_HINTS.get(error.errno or 0, "").format(out=out)
         return f"{what}: {where}" + (f"; {hint}" if hint else "")
     if isinstance(error, OSError) and error.args and isinstance(error.args[0], str) and len(error.args) == 1:
         return error.args[0]  # our loaders' FileNotFoundError("... is missing; get it with ...")
@@ -51,7 +57,9 @@ def user_message(error: BaseException) -> str | None:
 
 
 @contextmanager
-def one_line_errors(exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR") -> Iterator[None]:
+def one_line_errors(
+    exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR", out: str = OUT_OPTION
+) -> Iterator[None]:
     """Inside the block, a user's error ends the process with one line on stderr and ``exit_code``."""
     try:
         yield
@@ -61,7 +69,7 @@ def one_line_errors(exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR")
         print(f"\n{error}" if str(error) else "\nstopped (Ctrl-C)", file=sys.stderr)
         sys.exit(130)
     except Exception as error:
-        message = user_message(error)
+        message = user_message(error, out)
         if message is None or os.environ.get(traceback_env) == "1":
             raise
         print(f"error: {message}", file=sys.stderr)
@@ -77,3 +85,29 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
             return function(*args, **kwargs)
 
     return run
+
+
+def guarded_script(out: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`guarded` for a script whose output folder is the option ``out`` (``--out``): its hints name that option."""
+
+    def wrap(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with one_line_errors(out=out):
+                return function(*args, **kwargs)
+
+        return run
+
+    return wrap
+
+
+@contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """Inside the block, an ``OSError`` that names no file (a write that hits a full disk) is re-raised naming
+    ``path``, so that its one-line message says where."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename or error.errno is None:
+            raise
+        raise type(error)(error.errno, error.strerror or str(error), str(path)) from error

@@ -30,6 +30,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from restkv.eval.harness.errors import naming
+
 PREDICTIONS = "predictions.jsonl"
 CORRUPT = "predictions.corrupt.jsonl"
 METRICS = "metrics.json"
@@ -265,9 +267,10 @@ class PredictionLog:
                 )
             return
         line = json.dumps(record, ensure_ascii=False)
-        self._file.write(line + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with naming(self.path):
+            self._file.write(line + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
         self.records[str(record["id"])] = record
 
     def close(self) -> None:
@@ -422,7 +425,8 @@ def write_metrics(folder: Path, summary: dict[str, Any]) -> Path:
     if converted:
         print(f"warning: {path}: non-finite value(s) written as null: {', '.join(converted)}", file=sys.stderr)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
+    with naming(path):
+        tmp.write_text(json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
 

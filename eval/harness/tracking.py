@@ -140,12 +140,15 @@ def numbers(summary: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 
 def prediction_rows(path: Path) -> tuple[list[str], list[list[Any]]]:
-    """``predictions.jsonl`` as table columns (every field, in order of first appearance) and rows.
+    """``predictions.jsonl`` as table columns (every field, in order of first appearance) and rows, read by the
+    runner's reader (its trusted records).
 
     Strings, numbers, booleans and nulls stay as they are; lists and objects (references, meta) become
     their JSON text, so that every column holds one kind of value.
     """
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from restkv.eval.harness.run_folder import read_predictions
+
+    records = list(read_predictions(path).records.values())
     columns = list(dict.fromkeys(key for record in records for key in record))
 
     def cell(value: Any) -> Any:

@@ -1,7 +1,9 @@
 """The identity of a local model folder's bytes: a SHA-256 fingerprint of its weights, config and tokenizer.
 
 A model changed in place must never have its old predictions resumed as its own, so a run's identity
-holds this fingerprint. Each file is hashed once and cached by (path, size, mtime).
+holds this fingerprint. Each file is hashed once and cached by (path, size, mtime, inode, ctime): an edit in place
+that keeps the size and puts the mtime back (``touch -r``) still changes the ctime, which no user can set, so the
+file is hashed again.
 """
 
 from __future__ import annotations
@@ -39,7 +41,15 @@ CHUNK = 8 << 20
 PROGRESS_BYTES = 1 << 30
 RACY_NS = 2_000_000_000
 """A file modified this close to its hashing is not cached: a same-size rewrite within the file
-system's timestamp tick would keep its size and mtime, and the cache would miss the change."""
+system's timestamp tick would keep its size and times, and the cache would miss the change."""
+STAT_KEY = ("size", "mtime_ns", "ino", "ctime_ns")
+"""What a cached hash is valid for: the file's size, mtime, inode and ctime (`_stat_key`)."""
+
+
+def _stat_key(stat: os.stat_result) -> dict[str, int]:
+    """The fields of ``stat`` a cached hash is keyed by: the mtime alone can be set back (``touch -r``), the ctime
+    cannot, and a file replaced by another (a new inode) may carry the old one's times."""
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ino": stat.st_ino, "ctime_ns": stat.st_ctime_ns}
 
 
 def weights_fingerprint(spec: ModelSpec) -> str | None:
@@ -47,7 +57,7 @@ def weights_fingerprint(spec: ModelSpec) -> str | None:
 
     None for hub ids. Run folders are named after the config, not the weights: a model retrained in
     place would otherwise have its old predictions resumed as if they were its own. Each file's
-    SHA-256 is computed once and cached by (path, size, mtime); ``random_init`` folders are
+    SHA-256 is computed once and cached by (path, size, mtime, inode, ctime); ``random_init`` folders are
     identified by their config, tokenizer and seed (their weight files are not read).
     """
     folder = local_path(spec.path)
@@ -83,7 +93,7 @@ def cache_dir() -> Path:
 
 
 def file_digests(files: list[Path]) -> dict[Path, str]:
-    """Each file's SHA-256 (hex), from the cache when its size and mtime are those it was hashed at."""
+    """Each file's SHA-256 (hex), from the cache when its size, mtime, inode and ctime are those it was hashed at."""
     cache = _read_cache()
     stats = {file: file.stat() for file in files}
     keys = {file: str(file.resolve()) for file in files}
@@ -91,7 +101,7 @@ def file_digests(files: list[Path]) -> dict[Path, str]:
     todo = []
     for file in files:
         entry = cache.get(keys[file])
-        if entry is not None and (entry["size"], entry["mtime_ns"]) == (stats[file].st_size, stats[file].st_mtime_ns):
+        if entry is not None and {key: entry[key] for key in STAT_KEY} == _stat_key(stats[file]):
             digests[file] = entry["sha256"]
         else:
             todo.append(file)
@@ -111,9 +121,9 @@ def file_digests(files: list[Path]) -> dict[Path, str]:
             started = time.time_ns()
             digests[file] = _sha256(file, bar)
             after = file.stat()
-            unchanged = (after.st_size, after.st_mtime_ns) == (stats[file].st_size, stats[file].st_mtime_ns)
+            unchanged = _stat_key(after) == _stat_key(stats[file])
             if unchanged and after.st_mtime_ns < started - RACY_NS:
-                fresh[keys[file]] = {"size": after.st_size, "mtime_ns": after.st_mtime_ns, "sha256": digests[file]}
+                fresh[keys[file]] = {**_stat_key(after), "sha256": digests[file]}
     if fresh:
         _write_cache(fresh)
     return digests
@@ -148,8 +158,7 @@ def _read_cache(warn: bool = True) -> dict[str, dict[str, Any]]:
 def _well_formed(entry: object) -> bool:
     return (
         isinstance(entry, dict)
-        and is_int(entry.get("size"))
-        and is_int(entry.get("mtime_ns"))
+        and all(is_int(entry.get(key)) for key in STAT_KEY)
         and isinstance(entry.get("sha256"), str)
         and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]) is not None
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from restkv.eval.harness.errors import naming
 from restkv.eval.report import accuracy, efficiency
 from restkv.eval.report.accuracy import Report
 from restkv.eval.report.collect import load_runs
@@ -109,7 +110,8 @@ def write_atomically(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all: a full disk leaves the previous file (or none), never a truncated one."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with naming(path):
+            tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

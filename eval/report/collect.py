@@ -1,8 +1,9 @@
 """Reading finished runs back: every run folder under a results root, as flat rows.
 
-Folders are read with the runner's own reader (`restkv.eval.harness.folder_state`): a run still writing (its
-lock held), a stopped run without ``metrics.json``, and a folder whose results the runner would refuse are left
-out of the report, each with a note saying why and what to do (`load_runs` collects them).
+Folders are found and read by the one reader of run folders (`restkv.eval.harness.folder_state`): a run still
+writing (its lock held), a stopped run (no ``metrics.json``, a stale one, or a lock left with no holder) and a
+folder whose results the runner would refuse are left out of the report, each with a note saying why and what to
+do; so is every folder skipped (`load_runs` collects the notes).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from restkv.eval.harness.folder_state import FolderState, read_folder
-from restkv.eval.harness.run_folder import METRICS, PREDICTIONS, PredictionsError, read_predictions
+from restkv.eval.harness.folder_state import FolderState, read_folder, run_folders, unfinished_reason
+from restkv.eval.harness.run_folder import PREDICTIONS, PredictionsError, read_predictions
 
 
 @dataclass
@@ -42,10 +43,12 @@ class RunResult:
     @property
     def config(self) -> dict[str, Any]:
         """The run's resolved configuration (``config.yaml``), e.g. ``config["policy"]["alpha"]``."""
-        import yaml
+        return (self.state if self.state is not None else read_folder(self.folder)).config
 
-        path = self.folder / "config.yaml"
-        return (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.exists() else {}
+    @property
+    def answer_length(self) -> float:
+        """Mean generated tokens per answer."""
+        return (self.state if self.state is not None else read_folder(self.folder)).answer_length
 
     @property
     def average(self) -> float:
@@ -75,12 +78,6 @@ def folder_scores(folder: Path) -> dict[str, float]:
     return {key: float(record["score"]) for key, record in found.records.items()}
 
 
-def _run_folders(root: Path) -> list[Path]:
-    """Every leaf run folder (``budget<B>[-hash][~N]``) under ``root`` holding a metrics or predictions file."""
-    found = {p.parent for name in (METRICS, PREDICTIONS) for p in Path(root).rglob(name)}
-    return sorted(f for f in found if f.name.startswith("budget") and ".sweeps" not in f.relative_to(root).parts)
-
-
 def load_runs(root: Path, notes: list[str] | None = None) -> list[RunResult]:
     """Every finished run under ``root``, at any depth (layout ``.../bench/model/policy.../budget<B>[-hash]``).
 
@@ -89,9 +86,9 @@ def load_runs(root: Path, notes: list[str] | None = None) -> list[RunResult]:
     stopped before ``metrics.json``, results the runner would refuse) get a line in ``notes``.
     """
     runs, notes = [], notes if notes is not None else []
-    for folder in _run_folders(Path(root)):
+    for folder in run_folders(Path(root), notes):
         state = read_folder(folder)
-        reason = _left_out(state)
+        reason = unfinished_reason(state)
         if reason:
             notes.append(f"left out {folder}: {reason}")
             continue
@@ -115,30 +112,6 @@ def load_runs(root: Path, notes: list[str] | None = None) -> list[RunResult]:
         source = "/".join(parts[: max(0, len(parts) - 1 - depth)])
         runs.append(RunResult(bench, model, policy, budget, variant, metrics, folder, sibling, source, state))
     return runs
-
-
-def _left_out(state: FolderState) -> str | None:
-    """Why the report cannot use this folder, with what to do; None when it can."""
-    import yaml
-
-    count = len(state.records)
-    config = state.folder / "config.yaml"
-    try:
-        parsed = yaml.safe_load(config.read_text(encoding="utf-8")) if config.exists() else {}
-    except (OSError, ValueError, yaml.YAMLError) as error:
-        return f"{config} cannot be read ({str(error).splitlines()[0]}): run the same command again to rewrite it"
-    if parsed is not None and not isinstance(parsed, dict):
-        return f"{config} is not the mapping a run writes: run the same command again to rewrite it"
-    if state.in_progress:
-        return f"a run is still writing it ({count} samples so far); rerun the report when it has finished"
-    if state.problems:
-        return "; ".join(state.problems)
-    if state.metrics is None:
-        return (
-            f"{count} samples and no {METRICS}: a run stopped before it finished; run the same command again to "
-            "finish it"
-        )
-    return None
 
 
 def select(runs: Iterable[RunResult], **where: str) -> list[RunResult]:

@@ -18,15 +18,19 @@ import numpy as np
 import pandas as pd
 
 from restkv.eval.report.collect import RunResult, load_runs
+from restkv.eval.report.settings import acted_settings
 from restkv.eval.report.uncertainty import LEVEL, RESAMPLES
 
 RUN_COLUMNS = [
-    "model", "bench", "policy", "budget", "allocation", "quantization", "storage", "knobs", "protocol", "variant",
-    "sibling", "source", "folder",
+    "model", "bench", "policy", "budget", "phase", "decode_budget", "decode_interval", "evaluation", "allocation",
+    "quantization", "storage", "knobs", "protocol", "variant", "sibling", "source", "folder",
 ]  # fmt: skip
-"""What identifies a run in the table (``knobs``: the policy knobs that differ from the policy's defaults;
-``storage``: the layout and quantization settings that differ from the defaults; ``sibling``: ``N`` of a
-``~N`` folder; ``source``: the nested ``out_dir`` a run came from)."""
+"""What identifies a run in the table, each as it acted (`restkv.eval.report.settings`: ``budget`` is '-' for a
+decode-only run, whose prefill budget never acted; ``phase``, ``decode_budget``, ``decode_interval``: eviction
+while answering; ``evaluation``: generate, fidelity or multi_turn; ``protocol``: the one used, query_agnostic for
+multi-turn runs; ``knobs``: the policy knobs that differ from the policy's defaults; ``storage``: the layout and
+quantization settings that differ from the defaults; ``sibling``: ``N`` of a ``~N`` folder; ``source``: the
+nested ``out_dir`` a run came from)."""
 MEASURES = ["prefill_seconds", "decode_seconds", "cache_bytes", "peak_memory_bytes"]
 """Per-sample measurements averaged into each row (NaN where a run did not record them)."""
 CELL_COLUMNS = ["task", "length", "depth"]
@@ -67,16 +71,21 @@ def run_columns(run: RunResult) -> dict[str, Any]:
     policy_config = dict(config.get("policy") or {})
     quantization = dict(config.get("quantization") or {})
     backend = str(quantization.get("backend", "none"))
+    acted = acted_settings(config, run.metrics, run.budget)
     return {
         "model": run.model,
         "bench": run.bench,
         "policy": run.policy,
-        "budget": run.budget,
+        "budget": acted.budget,
+        "phase": acted.phase,
+        "decode_budget": acted.decode_budget,
+        "decode_interval": acted.decode_interval,
+        "evaluation": acted.evaluation,
         "allocation": str(policy_config.get("allocation") or "uniform"),
         "quantization": backend if backend == "none" else f"{backend}-{quantization.get('nbits')}bit",
         "storage": _storage(config),
         "knobs": _knobs_off_default(run.policy, policy_config) if policy_config else "",
-        "protocol": str(run.metrics.get("protocol", config.get("protocol", ""))),
+        "protocol": acted.protocol,
         "variant": run.variant,
         "sibling": run.sibling,
         "source": run.source,
@@ -180,8 +189,8 @@ def _metrics_only(run: RunResult) -> list[dict[str, Any]]:
 
 def run_table(root: Path | str, resamples: int = RESAMPLES, runs: list[RunResult] | None = None) -> pd.DataFrame:
     """The tidy table of every run under ``root`` (or of ``runs``, already read): task x length rows, averages
-    per length and overall. Rows are ordered by model, bench, policy (alphabetically), numeric budget, then as
-    computed. A run without per-sample records gives its task scores without intervals."""
+    per length and overall. Rows are ordered by model, bench, policy (alphabetically), numeric budget, decode budget,
+    then as computed. A run without per-sample records gives its task scores without intervals."""
     runs = load_runs(Path(root)) if runs is None else runs
     samples = sample_frame(runs)
     parts = [
@@ -197,7 +206,9 @@ def run_table(root: Path | str, resamples: int = RESAMPLES, runs: list[RunResult
     table = table.drop_duplicates(subset=[*RUN_COLUMNS, "task", "length"], keep="first")
     columns = [*RUN_COLUMNS[:-1], "task", "length", "score", "score_low", "score_high", "samples", *MEASURES, "folder"]
     order = pd.to_numeric(table["budget"], errors="coerce").fillna(float("inf"))
-    table = table.assign(_budget=order).sort_values(["model", "bench", "policy", "_budget"], kind="stable")
+    decode = pd.to_numeric(table["decode_budget"], errors="coerce").fillna(-1.0)
+    table = table.assign(_budget=order, _decode=decode)
+    table = table.sort_values(["model", "bench", "policy", "_budget", "_decode"], kind="stable")
     return table.reindex(columns=columns).reset_index(drop=True)
 
 

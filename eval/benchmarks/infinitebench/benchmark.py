@@ -168,7 +168,7 @@ _CODE_RUN_CALL = re.compile(r"func_[0-9]+\(\-?[0-9]+\)")
 _MATH_FIND_TARGET = re.compile(r"The .+ of")
 
 _FIELDS: dict[str, Field] = {
-    "id": Field((int, str), "an integer id"),
+    "id": Field((int, str), "an integer id", nonempty=True),
     "context": Field((str,), "a string"),
     "input": Field((str,), "a string"),
     "answer": Field((list, str, int, float), "a list of answers (or one answer)"),

@@ -279,7 +279,7 @@ _FIELDS: dict[str, Field] = {
     "answers": Field((list,), "a list of strings"),
     "length": Field((int,), "an integer (words, or characters for Chinese)"),
     "all_classes": Field((list, type(None)), "a list of class names or null"),
-    "_id": Field((str,), "a string"),
+    "_id": Field((str,), "a non-empty string", nonempty=True),
     "dataset": Field((str,), "a string", required=False),
     "language": Field((str,), "a string", required=False),
 }

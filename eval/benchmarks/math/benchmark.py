@@ -69,7 +69,10 @@ class MathBenchmark(LocalTaskFiles):
 
     def task_samples(self, task: str, source: Any) -> list[Sample]:
         spec = TASKS[task]
-        fields = {spec.problem: Field((str,), "the problem (a string)"), spec.answer: Field((str, int), "the answer")}
+        fields = {
+            spec.problem: Field((str,), "the problem (non-empty text)", nonempty=True),
+            spec.answer: Field((str, int), "the answer (text or an integer)", nonempty=True),
+        }
         new_tokens = cap_new_tokens(self.max_new_tokens or spec.max_new_tokens, self.max_new_tokens_cap)
         samples = []
         for line, record in task_records(

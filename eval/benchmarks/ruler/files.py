@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from restkv.eval.benchmarks.jsonl import DataFileError, Field, all_items, check_fields, iter_jsonl, resolve_path
+from restkv.eval.benchmarks.jsonl import DataFileError, Field, check_fields, iter_jsonl, resolve_path
 from restkv.eval.benchmarks.ruler.tasks import TASK_CONFIGS, task_config
 from restkv.eval.benchmarks.ruler.templates import FAMILIES, QUESTION_MARKERS, split_prompt
 from restkv.eval.benchmarks.sample import Sample
@@ -157,7 +157,7 @@ def templated(sample: Sample) -> bool:
 
 FIELDS = {
     "input": Field((str,), "the prompt text"),
-    "outputs": Field((list,), "a list of answer strings"),
+    "outputs": Field((list,), "a non-empty list of answer strings", nonempty=True, items=(str,)),
     "answer_prefix": Field((str,), "the answer prefix text", required=False),
 }
 
@@ -176,8 +176,6 @@ def read_samples(
         where = {"benchmark": "RULER", "task": file.task, "where": str(file.path), "line": number}
         check_fields(record, FIELDS, **where)
         outputs = record["outputs"]
-        if not outputs or not all_items(outputs, (str,)):
-            raise DataFileError(f"{file.path}:{number}: 'outputs' must be a non-empty list of answer strings")
         split = split_prompt(record["input"], family_name)
         if split is None:
             markers = " or ".join(repr(m) for m in QUESTION_MARKERS[family_name])

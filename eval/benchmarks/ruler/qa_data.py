@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from restkv.eval.benchmarks.reads import note
+from restkv.eval.benchmarks.records import DataFileError, Field, check_document
 from restkv.eval.benchmarks.ruler.plan import RulerData
 from restkv.eval.models.hub import hub_reachable
 from restkv.eval.models.paths import project_root
@@ -146,11 +147,36 @@ def load_qa(dataset: str, data: RulerData | None = None) -> QAData:
     return loaded
 
 
-def _read_squad(path: Path) -> QAData:
+_TEXT = Field((str,), "text", nonempty=True)
+_SQUAD_QUESTION = {"question": _TEXT, "answers": Field((list,), "a list of {text}", fields={"text": _TEXT})}
+_SQUAD_PARAGRAPH = {"context": _TEXT, "qas": Field((list,), "a list of questions", fields=_SQUAD_QUESTION)}
+SQUAD = {
+    "data": Field(
+        (list,), "a list of articles", nonempty=True,
+        fields={"paragraphs": Field((list,), "a list of paragraphs", fields=_SQUAD_PARAGRAPH)},
+    )
+}  # fmt: skip
+"""SQuAD 2.0's layout, as far as qa_1 reads it (checked by `restkv.eval.benchmarks.records`)."""
+_HOTPOT_RECORD = {"question": _TEXT, "answer": _TEXT, "context": Field((list,), "[title, sentences]s", items=(list,))}
+HOTPOT = {"records": Field((list,), "a list of questions", nonempty=True, fields=_HOTPOT_RECORD)}
+"""HotpotQA's layout (a list of records, checked as ``records``)."""
+
+
+def _load_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as f:
-        return _squad_from_articles(json.load(f)["data"])
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as error:
+            raise DataFileError(f"{path}:{error.lineno}: malformed JSON ({error.msg}, column {error.colno})") from None
+
+
+def _read_squad(path: Path) -> QAData:
+    document = _load_json(path)
+    check_document(document, SQUAD, benchmark="RULER qa_1 (SQuAD)", where=str(path))
+    return _squad_from_articles(document["data"])
 
 
 def _read_hotpotqa(path: Path) -> QAData:
-    with open(path, encoding="utf-8") as f:
-        return _hotpot_from_records(json.load(f))
+    records = _load_json(path)
+    check_document({"records": records}, HOTPOT, benchmark="RULER qa_2 (HotpotQA)", where=str(path))
+    return _hotpot_from_records(records)
