@@ -20,10 +20,16 @@ from typing import TYPE_CHECKING
 if __package__ in (None, "") and sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]  # executed as a script: its folder's packages are restkv.eval's, never top-level names
 
+from restkv.eval.harness.interrupts import quiet_interrupts
+
+if __name__ == "__main__":
+    quiet_interrupts()  # first: Ctrl-C while the imports below run is one line too
+
 import hydra
 from omegaconf import DictConfig
 
 from restkv.eval.harness import errors, preflight
+from restkv.eval.harness.entry import EntryPoint, check_before_work
 from restkv.eval.models.paths import bundled
 
 if TYPE_CHECKING:  # the run's machinery is imported once the command line has been checked
@@ -109,14 +115,14 @@ def register_user_errors() -> None:
 
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> float:
-    from hydra.core.hydra_config import HydraConfig
+    with errors.one_line_errors():  # the imports too: a Ctrl-C while they run is one line
+        from hydra.core.hydra_config import HydraConfig
 
-    from restkv.eval.harness import gpu_slots, tracking
-    from restkv.eval.harness.runner import run_benchmark
+        from restkv.eval.harness import gpu_slots, tracking
+        from restkv.eval.harness.runner import run_benchmark
 
-    register_user_errors()
-    hydra_cfg = HydraConfig.get()
-    with errors.one_line_errors():
+        register_user_errors()
+        hydra_cfg = HydraConfig.get()
         tracker = tracking.tracker_for(cfg)  # first: a missing wandb stops the run before any work
         gpu_slots.claim_for_job(hydra_cfg, str(cfg.device))
         summary = run_benchmark(cfg, run_settings(cfg, hydra_cfg), on_finished=tracker)
@@ -128,17 +134,28 @@ def main(cfg: DictConfig) -> float:
     return float("nan") if average is None else float(average)
 
 
-def check_before_hydra(argv: list[str]) -> None:
-    """Refuse a bad command line before Hydra or any heavy import runs: its words first (no torch), then the
-    config it composes (the policies' typed knobs import torch; no model, no data)."""
-    with errors.one_line_errors():
-        words = preflight.check_command_line(argv, Path(CONFIG_DIR))
-        if not {"-h", "--help", "--hydra-help", "--version"} & set(argv):
-            preflight.check_composition(words, Path(CONFIG_DIR))
+def entry_point() -> EntryPoint:
+    """``eval/run.py`` for the shared check before the work (`restkv.eval.harness.entry`)."""
+    from restkv.eval.harness.run_check import check_run_job, describe_run_job
+
+    return EntryPoint(
+        command="eval/run.py",
+        configs=Path(CONFIG_DIR),
+        config_name="config",
+        check_job=check_run_job,
+        describe_job=describe_run_job,
+        check_words=preflight.check_command_line,
+    )
+
+
+def check_before_hydra(argv: list[str]) -> list[str]:
+    """Refuse a bad command line before Hydra or any heavy import runs: its words first (no torch), then every job
+    it composes (the policies' typed knobs import torch; no model, no data). Returns it in Hydra's order."""
+    return check_before_work(entry_point(), argv)
 
 
 if __name__ == "__main__":
-    check_before_hydra(sys.argv[1:])
-    import restkv.eval.harness.config_tree  # noqa: F401  (the typed nodes Hydra composes with)
+    sys.argv[1:] = check_before_hydra(sys.argv[1:])
+    import restkv.eval.harness.config_tree  # noqa: F401  (the typed nodes and resolvers Hydra composes with)
 
     main()

@@ -58,7 +58,9 @@ def one_line_errors(exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR")
     except KeyboardInterrupt as error:  # Ctrl-C: one line (the run's own says what is saved), the shell's code
         if os.environ.get(traceback_env) == "1":
             raise
-        print(f"\n{error}" if str(error) else "\nstopped (Ctrl-C)", file=sys.stderr)
+        from restkv.eval.harness.interrupts import STOPPED_EARLY
+
+        print(f"\n{error}" if str(error) else f"\n{STOPPED_EARLY}", file=sys.stderr)
         sys.exit(130)
     except Exception as error:
         message = user_message(error)

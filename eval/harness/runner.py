@@ -22,6 +22,7 @@ from restkv.eval.evaluation import Evaluation, Session
 from restkv.eval.evaluation.batched import resolve_decode_batch
 from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
+import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes and resolvers, wherever the run composes)
 from restkv.eval.harness.compression import decode_eviction_of
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import (
@@ -41,12 +42,6 @@ from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_mo
 from restkv.quantize import Quantization
 from restkv.registry import policy_defaults
 from restkv.storage import check_storage
-
-if not OmegaConf.has_resolver("range_list"):
-    # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid
-    OmegaConf.register_new_resolver(
-        "range_list", lambda start, stop, step: list(range(int(start), int(stop), int(step)))
-    )
 
 
 @dataclass
@@ -127,6 +122,9 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     if not samples:
         why = f"; skipped: {_listed(skipped)}" if skipped else " (check bench.tasks and the benchmark's data files)"
         raise EmptyRun(f"bench={settings.bench} gives no sample to run{why}")
+    check_samples = getattr(evaluation, "check_samples", None)  # optional: what the strategy needs of each sample
+    if check_samples is not None:
+        check_samples(benchmark, samples)
     if skipped and not cfg.get("allow_skips", False):
         raise SkippedWork(
             f"bench={settings.bench} cannot run every task ({_listed(skipped)}). Nothing was run. Provide "
