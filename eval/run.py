@@ -13,9 +13,10 @@ Rerunning the same command resumes: finished samples are skipped. Before any wor
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, "") and sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]  # executed as a script: its folder's packages are restkv.eval's, never top-level names
@@ -26,6 +27,7 @@ if __name__ == "__main__":
     quiet_interrupts()  # first: Ctrl-C while the imports below run is one line too
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from restkv.eval.harness import errors, preflight
@@ -115,14 +117,13 @@ def register_user_errors() -> None:
 
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> float:
-    with errors.one_line_errors():  # the imports too: a Ctrl-C while they run is one line
-        from hydra.core.hydra_config import HydraConfig
-
+    hydra_cfg = HydraConfig.get()
+    worker = "joblib" in str(hydra_cfg.launcher.get("_target_", ""))  # its launching process says what is saved
+    with errors.one_line_errors(announce_interrupts=not worker):  # the imports too: a Ctrl-C while they run
         from restkv.eval.harness import gpu_slots, tracking
         from restkv.eval.harness.runner import run_benchmark
 
         register_user_errors()
-        hydra_cfg = HydraConfig.get()
         tracker = tracking.tracker_for(cfg)  # first: a missing wandb stops the run before any work
         gpu_slots.claim_for_job(hydra_cfg, str(cfg.device))
         summary = run_benchmark(cfg, run_settings(cfg, hydra_cfg), on_finished=tracker)
@@ -148,14 +149,33 @@ def entry_point() -> EntryPoint:
     )
 
 
-def check_before_hydra(argv: list[str]) -> list[str]:
+def check_before_hydra(argv: list[str]) -> tuple[list[str], list[Any]]:
     """Refuse a bad command line before Hydra or any heavy import runs: its words first (no torch), then every job
-    it composes (the policies' typed knobs import torch; no model, no data). Returns it in Hydra's order."""
+    it composes (the policies' typed knobs import torch; no model, no data). Returns it in Hydra's order, and its
+    jobs."""
     return check_before_work(entry_point(), argv)
 
 
-if __name__ == "__main__":
-    sys.argv[1:] = check_before_hydra(sys.argv[1:])
+def run_command(argv: list[str]) -> None:
+    """The command: check, then run every job; a sweep stopped by Ctrl-C in its launching process (a joblib
+    sweep's) ends with one line saying how many samples its run folders hold."""
+    argv, jobs = check_before_hydra(argv)
+    sys.argv[1:] = argv
     import restkv.eval.harness.config_tree  # noqa: F401  (the typed nodes and resolvers Hydra composes with)
 
-    main()
+    # the process that tracks a joblib sweep's semaphores warns about them when the sweep is stopped: not the user's
+    os.environ["PYTHONWARNINGS"] = ",".join(
+        filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore::UserWarning:multiprocessing.resource_tracker"])
+    )
+    try:
+        main()
+    except KeyboardInterrupt:
+        if len(jobs) < 2:
+            raise
+        from restkv.eval.harness.run_check import stopped_sweep
+
+        raise KeyboardInterrupt(stopped_sweep(jobs)) from None
+
+
+if __name__ == "__main__":
+    run_command(sys.argv[1:])

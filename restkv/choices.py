@@ -15,3 +15,7 @@ PHASES = ("prefill", "decode", "both")
 """When eviction happens (`restkv.decode_eviction`): at the end of the prompt, during decoding, or both."""
 GQA_MODES = ("mean", "max", "expand")
 """How a grouped-query model's per-query-head scores become one selection per key/value head (`restkv.select`)."""
+QUANT_BACKEND_MODULES = {"hqq": "hqq", "quanto": "optimum.quanto", "kvquant": "hqq"}
+"""The module each quantization backend imports (`restkv.quantize`)."""
+QUANT_BACKEND_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto", "kvquant": "hqq"}
+"""The package that provides it, as pip names it."""

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from restkv.eval.harness import errors
 from restkv.eval.harness.preflight import CHECK_FLAG, UsageError, hydra_order, is_multirun, split_argv
@@ -38,25 +39,21 @@ class EntryPoint:
     """Torch-free checks of the words, before anything heavy is imported (``eval/run.py``'s)."""
 
 
-def check_before_work(entry: EntryPoint, argv: list[str]) -> list[str]:
+def check_before_work(entry: EntryPoint, argv: list[str]) -> tuple[list[str], list[Any]]:
     """Check ``argv`` for ``entry`` (every job), exit 2 with one line on a refusal, exit 0 after ``--check``;
-    return ``argv`` in Hydra's order."""
+    return ``argv`` in Hydra's order and its jobs (`restkv.eval.harness.jobs.Job`; none for ``--help``)."""
     with errors.one_line_errors():
         flags, words = split_argv(argv, entry.command)
         if HELP_FLAGS & {flag.split("=", 1)[0] for flag in flags}:
-            return hydra_order(argv)
+            return hydra_order(argv), []
         if entry.check_words is not None:
             entry.check_words(argv, entry.configs)
         else:
             parse_words(words)
-        jobs = check_jobs(entry, words, is_multirun(argv))
         if CHECK_FLAG in flags:
-            for index, job in enumerate(jobs):
-                prefix = f"{job.label(index, len(jobs))}: " if len(jobs) > 1 else ""
-                print(f"{prefix}{entry.describe_job(job)}")
-            print(f"checked {len(jobs)} job(s) of {entry.command}: nothing was run (drop {CHECK_FLAG} to run)")
-            sys.exit(0)
-    return hydra_order(argv)
+            sys.exit(report_jobs(entry, words, is_multirun(argv)))
+        jobs = check_jobs(entry, words, is_multirun(argv))
+    return hydra_order(argv), jobs
 
 
 def parse_words(words: list[str]) -> None:
@@ -70,7 +67,32 @@ def parse_words(words: list[str]) -> None:
         raise UsageError(str(error).splitlines()[0] + " (settings are written key=value)") from None
 
 
-def check_jobs(entry: EntryPoint, words: list[str], multirun: bool) -> list:
+def report_jobs(entry: EntryPoint, words: list[str], multirun: bool) -> int:
+    """``--check``: one line per job, ready or refused (every job of a sweep, not only up to the first refusal);
+    the exit code: 0 when every job is ready, 2 otherwise. A command line that composes no job is refused as
+    without ``--check``."""
+    from restkv.eval.harness.jobs import expand
+
+    jobs = expand(entry.configs, entry.config_name, words, multirun)
+    refused = 0
+    for index, job in enumerate(jobs):
+        prefix = f"{job.label(index, len(jobs))}: " if len(jobs) > 1 else ""
+        try:
+            entry.check_job(job)
+            print(f"{prefix}{entry.describe_job(job)}", flush=True)
+        except Exception as error:
+            message = errors.user_message(error)
+            if message is None:
+                raise
+            refused += 1
+            print(f"{prefix}refused: {message}", file=sys.stderr if len(jobs) == 1 else sys.stdout, flush=True)
+    if len(jobs) > 1:
+        print(f"checked {len(jobs)} jobs of {entry.command}: {len(jobs) - refused} ready, {refused} refused; nothing "
+              f"was run (drop {CHECK_FLAG} to run)")  # fmt: skip
+    return 2 if refused else 0
+
+
+def check_jobs(entry: EntryPoint, words: list[str], multirun: bool) -> list[Any]:
     """Compose and check every job; a refused job of a sweep is named with the values that make it that job."""
     from restkv.eval.harness.jobs import expand
 

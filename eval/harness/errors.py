@@ -51,16 +51,21 @@ def user_message(error: BaseException) -> str | None:
 
 
 @contextmanager
-def one_line_errors(exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR") -> Iterator[None]:
-    """Inside the block, a user's error ends the process with one line on stderr and ``exit_code``."""
+def one_line_errors(
+    exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR", announce_interrupts: bool = True
+) -> Iterator[None]:
+    """Inside the block, a user's error ends the process with one line on stderr and ``exit_code``; a Ctrl-C with
+    its own line (none when ``announce_interrupts`` is False: a sweep's worker, whose launcher says it)."""
     try:
         yield
     except KeyboardInterrupt as error:  # Ctrl-C: one line (the run's own says what is saved), the shell's code
         if os.environ.get(traceback_env) == "1":
             raise
-        from restkv.eval.harness.interrupts import STOPPED_EARLY
+        if not announce_interrupts:
+            sys.exit(130)
+        from restkv.eval.harness.interrupts import interrupt_line
 
-        print(f"\n{error}" if str(error) else f"\n{STOPPED_EARLY}", file=sys.stderr)
+        print(interrupt_line(error), file=sys.stderr)
         sys.exit(130)
     except Exception as error:
         message = user_message(error)

@@ -19,13 +19,20 @@ STOPPED_EARLY = (
 )
 
 
+def interrupt_line(error: BaseException) -> str:
+    """The line shown for a Ctrl-C: its message or `STOPPED_EARLY`, after a line break on a terminal (which has
+    just echoed ``^C``)."""
+    text = str(error) or STOPPED_EARLY
+    return f"\n{text}" if sys.stderr.isatty() else text
+
+
 def quiet_interrupts(traceback_env: str = "HYDRA_FULL_ERROR") -> None:
     """Show an uncaught ``KeyboardInterrupt`` as one line (its message, or `STOPPED_EARLY`)."""
     previous = sys.excepthook
 
     def hook(kind: type[BaseException], error: BaseException, traceback: TracebackType | None) -> None:
         if issubclass(kind, KeyboardInterrupt) and os.environ.get(traceback_env) != "1":
-            print(f"\n{error}" if str(error) else f"\n{STOPPED_EARLY}", file=sys.stderr, flush=True)
+            print(interrupt_line(error), file=sys.stderr, flush=True)
             return
         previous(kind, error, traceback)
 

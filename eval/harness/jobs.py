@@ -67,10 +67,9 @@ def compose_job(configs: Path, config_name: str, overrides: list[str]) -> Job:
 
 def sweep_params(configs: Path, config_name: str, words: list[str]) -> tuple[list[str], bool]:
     """A preset's ``hydra.sweeper.params`` as overrides, and whether its config asks for a sweep (``hydra.mode``)."""
-    from omegaconf import OmegaConf
-
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
+    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     import restkv.eval.harness.config_tree  # noqa: F401  (the typed nodes and resolvers the configs use)
@@ -135,6 +134,21 @@ def expand(configs: Path, config_name: str, words: list[str], multirun: bool) ->
     return jobs
 
 
+def suggest_nested(name: str, root: Any) -> str:
+    """``"; did you mean latency.budgets?"``: a top-level key that is close to a setting one level down."""
+    from omegaconf import OmegaConf
+
+    nested = {
+        str(sub): f"{key}.{sub}"
+        for key in root
+        if OmegaConf.is_dict(root[key])
+        for sub in root[key]
+        if not str(sub).startswith("_")
+    }
+    close = suggest(name, nested)
+    return f"; did you mean {nested[close.removeprefix('; did you mean ').rstrip('?')]}?" if close else ""
+
+
 def composition_message(error: Exception, overrides: list[str], configs: Path, config_name: str = "config") -> str:
     """Hydra's composition error as one line; an unknown key or config gets the closest valid names."""
     from hydra import compose, initialize_config_dir
@@ -158,10 +172,11 @@ def composition_message(error: Exception, overrides: list[str], configs: Path, c
             root = compose(config_name=config_name, overrides=base)
         node = OmegaConf.select(root, parent) if parent else root
         if node is not None and OmegaConf.is_dict(node):
-            settings = sorted(k for k in node if not str(k).startswith("_"))
+            settings = sorted(str(k) for k in node if not str(k).startswith("_"))
             where = f"a setting of {parent}" if parent else "a setting"
-            return f"{key} is not {where}{suggest(name, settings)} (settings: {', '.join(settings)})"
-    if text.startswith("In '") and "Could not find '" in text or text.startswith("Could not find '"):
+            close = suggest(name, settings) or (suggest_nested(name, node) if not parent else "")
+            return f"{key} is not {where}{close} (settings: {', '.join(settings)})"
+    if (text.startswith("In '") and "Could not find '" in text) or text.startswith("Could not find '"):
         missing = text.split("Could not find '", 1)[1].split("'", 1)[0]
         group, _, name = missing.rpartition("/")
         options = [

@@ -56,7 +56,8 @@ def check_punkt(values: dict[str, Any]) -> None:
 
 def check_quantization(values: dict[str, Any]) -> None:
     """``quantization=kivi|kvquant`` and ``quantization.backend=quanto`` need their packages."""
-    from restkv.quantize import BACKEND_MODULES, BACKEND_PACKAGES
+    from restkv.choices import QUANT_BACKEND_MODULES as BACKEND_MODULES
+    from restkv.choices import QUANT_BACKEND_PACKAGES as BACKEND_PACKAGES
 
     backend = (values.get("quantization") or {}).get("backend", "none")
     module = BACKEND_MODULES.get(backend)

@@ -1,13 +1,12 @@
 """``eval/run.py``'s check of one composed job, before any model or data is loaded: every setting, the
 combinations that cannot act, the optional packages and data the settings need, the policy's and benchmark's own
-range checks, the model's availability and the benchmark's task files. With ``--check``, a job that passes is also
-planned as the run plans it (tokenizer, samples, run folder; nothing is written) to say what it would do.
+range checks, the model's availability and the benchmark's task files. With ``--check``, a job that passes is
+described by its run folder and the samples already saved there.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from restkv.eval.harness.jobs import Job
 
@@ -44,26 +43,38 @@ def check_run_job(job: Job) -> None:
         benchmark.check_data()  # task files missing where the hub cannot supply them
 
 
-def describe_run_job(job: Job) -> str:
-    """What the job would do: plan it as the run does (no folder written, no model loaded) and say so."""
-    from restkv.eval.harness.runner import RunSettings, plan_run
+def folder_of_job(job: Job) -> Path:
+    """The run folder the job writes (as the runner names it)."""
+    from restkv.budget import Budget
+    from restkv.eval.harness.run_folder import run_folder
     from restkv.eval.run import other_overrides
 
-    choices = job.choices
-    settings = RunSettings(
-        bench=choices["bench"],
-        model=choices["model"],
-        policy=choices["policy"],
-        overrides=other_overrides(job.task_overrides),
-        out_dir=Path(str(job.config.out_dir)),
+    choices, cfg = job.choices, job.config
+    return run_folder(
+        Path(str(cfg.out_dir)), choices["bench"], choices["model"], choices["policy"], str(Budget(cfg.budget)),
+        other_overrides(job.task_overrides),
+    )  # fmt: skip
+
+
+def describe_run_job(job: Job) -> str:
+    """What the job would do (``--check``): its run folder and how many samples it already holds."""
+    folder = folder_of_job(job)
+    return f"ready: would write {folder} ({saved_samples(folder)} samples already saved there)"
+
+
+def stopped_sweep(jobs: list[Job]) -> str:
+    """The line a sweep stopped by Ctrl-C ends with: how many samples its run folders hold, and how to go on."""
+    folders = list(dict.fromkeys(folder_of_job(job) for job in jobs))
+    saved = sum(saved_samples(folder) for folder in folders)
+    roots = sorted({str(job.config.out_dir) for job in jobs})
+    return (
+        f"stopped (Ctrl-C): the sweep's {len(folders)} run folders (under {', '.join(roots)}) hold {saved} saved "
+        "samples; run the same command again to resume"
     )
-    plan = plan_run(job.config, settings)
-    saved = saved_samples(plan.folder, {sample.id for sample in plan.samples})
-    return f"ready: {len(plan.samples)} samples ({saved} already saved) in {plan.folder}"
 
 
-def saved_samples(folder: Path, ids: set[Any]) -> int:
-    """How many of ``ids`` the folder's ``predictions.jsonl`` holds (0 when there is none yet)."""
+def saved_samples(folder: Path) -> int:
+    """How many samples the folder's ``predictions.jsonl`` holds (0 when there is none yet)."""
     import json
 
     path = folder / "predictions.jsonl"
@@ -75,4 +86,4 @@ def saved_samples(folder: Path, ids: set[Any]) -> int:
             found.add(json.loads(line)["id"])
         except (ValueError, KeyError, TypeError):
             continue
-    return len(found & ids)
+    return len(found)
