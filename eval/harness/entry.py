@@ -74,9 +74,13 @@ def report_jobs(entry: EntryPoint, words: list[str], multirun: bool) -> int:
     from restkv.eval.harness.jobs import expand
 
     jobs = expand(entry.configs, entry.config_name, words, multirun)
+    if len(jobs) == 1:  # refused as without --check: one line, exit 2
+        entry.check_job(jobs[0])
+        print(entry.describe_job(jobs[0]))
+        return 0
     refused = 0
     for index, job in enumerate(jobs):
-        prefix = f"{job.label(index, len(jobs))}: " if len(jobs) > 1 else ""
+        prefix = f"{job.label(index, len(jobs))}: "
         try:
             entry.check_job(job)
             print(f"{prefix}{entry.describe_job(job)}", flush=True)
@@ -85,10 +89,9 @@ def report_jobs(entry: EntryPoint, words: list[str], multirun: bool) -> int:
             if message is None:
                 raise
             refused += 1
-            print(f"{prefix}refused: {message}", file=sys.stderr if len(jobs) == 1 else sys.stdout, flush=True)
-    if len(jobs) > 1:
-        print(f"checked {len(jobs)} jobs of {entry.command}: {len(jobs) - refused} ready, {refused} refused; nothing "
-              f"was run (drop {CHECK_FLAG} to run)")  # fmt: skip
+            print(f"{prefix}refused: {message}", flush=True)
+    print(f"checked {len(jobs)} jobs of {entry.command}: {len(jobs) - refused} ready, {refused} refused; nothing was "
+          f"run (drop {CHECK_FLAG} to run)")  # fmt: skip
     return 2 if refused else 0
 
 

@@ -1,5 +1,5 @@
 """What the chosen settings need beyond the core install, checked before any work: NLTK's punkt data for
-``bench.sentences=punkt``, the flash-attention package, the quantization backends, wandb for ``logger=wandb``,
+``bench.sentences=punkt``, the flash-attention package, kvpress for ``policy=kvpress``, the quantization backends, wandb for ``logger=wandb``,
 the joblib and submitit launcher plugins. A missing one is refused in one line naming the install or the other
 setting, instead of a traceback once a model or a sweep is under way.
 
@@ -18,6 +18,12 @@ LAUNCHER_PACKAGES = {
     "slurm": ("hydra_plugins.hydra_submitit_launcher", "pip install -e '.[slurm]' (hydra-submitit-launcher)"),
 }
 """``hydra/launcher=<choice>``: the plugin's module and how to install it."""
+
+
+POLICY_PACKAGES = {
+    "restkv.interop.kvpress_policy.KVPressPolicy": ("kvpress", "pip install -e '.[kvpress]' (kvpress==0.5.5)"),
+}
+"""Policies whose class needs a package beyond the core install: its module and how to install it."""
 
 
 class MissingNeed(ValueError):
@@ -81,6 +87,14 @@ def check_flash(values: dict[str, Any]) -> None:
         )
 
 
+def check_policy(values: dict[str, Any]) -> None:
+    """``policy=kvpress`` needs kvpress."""
+    target = str((values.get("policy") or {}).get("_target_", ""))
+    module, install = POLICY_PACKAGES.get(target, (None, ""))
+    if module is not None and not installed(module):
+        raise MissingNeed(f"{target.rpartition('.')[2]} (policy) needs {module}, which is not installed here: {install}")
+
+
 def check_logger(values: dict[str, Any]) -> None:
     """``logger=wandb`` needs wandb."""
     backend = (values.get("logger") or {}).get("backend", "none")
@@ -105,7 +119,7 @@ def check_needs(values: dict[str, Any], launcher: str | None = None) -> None:
     """Every optional need of a run's resolved config (``values``) and of its launcher (Hydra's choice): all that
     are missing are named together, in one line, so that one install round fixes them."""
     missing = []
-    for check in (check_punkt, check_flash, check_quantization, check_logger):
+    for check in (check_punkt, check_flash, check_quantization, check_policy, check_logger):
         try:
             check(values)
         except MissingNeed as error:
