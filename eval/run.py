@@ -32,6 +32,9 @@ from omegaconf import DictConfig
 
 from restkv.eval.harness import errors, preflight
 from restkv.eval.harness.entry import EntryPoint, check_before_work
+from restkv.eval.harness.naming import NAMING_KEYS, NOT_NAMING_PREFIXES, other_overrides
+
+__all__ = ["CONFIG_DIR", "NAMING_KEYS", "NOT_NAMING_PREFIXES", "main", "other_overrides", "run_settings"]
 from restkv.eval.models.paths import bundled
 
 if TYPE_CHECKING:  # the run's machinery is imported once the command line has been checked
@@ -49,37 +52,6 @@ def __getattr__(name: str) -> str:
 
         return CONFIG_DIR
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-NAMING_KEYS = {
-    "bench",
-    "model",
-    "policy",
-    "budget",
-    "out_dir",
-    "limit",
-    "device",
-    "model.device_map",
-    "experiment",
-    "allow_skips",
-    "on_change",
-    "logger",
-    "decode",
-    "decode_batch",
-}
-"""Override keys already in the folder's name, or that change no prediction; ``logger.*`` and ``hydra.*``
-(launchers included) are left out too."""
-NOT_NAMING_PREFIXES = ("hydra.", "logger.")
-
-
-def other_overrides(overrides: list[str]) -> list[str]:
-    """Overrides that change results but are not already in the run folder's name."""
-    kept = []
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+~")
-        if key not in NAMING_KEYS and not key.startswith(NOT_NAMING_PREFIXES):
-            kept.append(item)
-    return kept
 
 
 def run_settings(cfg: DictConfig, hydra_cfg: DictConfig) -> RunSettings:

@@ -100,8 +100,9 @@ def test_punkt_is_named_for_the_nested_benchmark_of_fidelity(monkeypatch) -> Non
 
 @pytest.mark.skipif(importlib.util.find_spec("kvpress") is not None, reason="kvpress is installed here")
 def test_policy_kvpress_without_kvpress_is_refused_before_work(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "eval/run.py", "policy=kvpress", *MICRO, f"out_dir={tmp_path}"], cwd=ROOT,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)  # fmt: skip
+    command = [sys.executable, "eval/run.py", "policy=kvpress", *MICRO, f"out_dir={tmp_path}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "pip install -e '.[kvpress]'" in done.stderr and done.stderr.count("\n") == 1
     assert not any(tmp_path.iterdir())
 

@@ -175,7 +175,7 @@ def composition_message(error: Exception, overrides: list[str], configs: Path, c
             settings = sorted(str(k) for k in node if not str(k).startswith("_"))
             where = f"a setting of {parent}" if parent else "a setting"
             close = suggest(name, settings) or (suggest_nested(name, node) if not parent else "")
-            return f"{key} is not {where}{close} (settings: {', '.join(settings)})"
+            return f"{key} is not {where}{close} (its settings: {', '.join(settings)})"
     if (text.startswith("In '") and "Could not find '" in text) or text.startswith("Could not find '"):
         missing = text.split("Could not find '", 1)[1].split("'", 1)[0]
         group, _, name = missing.rpartition("/")

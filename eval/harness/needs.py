@@ -1,7 +1,7 @@
 """What the chosen settings need beyond the core install, checked before any work: NLTK's punkt data for
-``bench.sentences=punkt``, the flash-attention package, kvpress for ``policy=kvpress``, the quantization backends, wandb for ``logger=wandb``,
-the joblib and submitit launcher plugins. A missing one is refused in one line naming the install or the other
-setting, instead of a traceback once a model or a sweep is under way.
+``bench.sentences=punkt``, the flash-attention package, kvpress for ``policy=kvpress``, the quantization backends,
+wandb for ``logger=wandb``, the joblib and submitit launcher plugins. A missing one is refused in one line naming
+the install or the other setting, instead of a traceback once a model or a sweep is under way.
 
 Nothing here imports the optional package itself (``find_spec`` only, NLTK's data looked up by NLTK), so a check
 costs milliseconds; the run imports what it uses when it uses it.
@@ -92,7 +92,8 @@ def check_policy(values: dict[str, Any]) -> None:
     target = str((values.get("policy") or {}).get("_target_", ""))
     module, install = POLICY_PACKAGES.get(target, (None, ""))
     if module is not None and not installed(module):
-        raise MissingNeed(f"{target.rpartition('.')[2]} (policy) needs {module}, which is not installed here: {install}")
+        name = target.rpartition(".")[2]
+        raise MissingNeed(f"{name} (policy) needs {module}, which is not installed here: {install}")
 
 
 def check_logger(values: dict[str, Any]) -> None:

@@ -46,8 +46,8 @@ def check_run_job(job: Job) -> None:
 def folder_of_job(job: Job) -> Path:
     """The run folder the job writes (as the runner names it)."""
     from restkv.budget import Budget
+    from restkv.eval.harness.naming import other_overrides
     from restkv.eval.harness.run_folder import run_folder
-    from restkv.eval.run import other_overrides
 
     choices, cfg = job.choices, job.config
     return run_folder(
