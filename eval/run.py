@@ -3,6 +3,7 @@
     python eval/run.py policy=restkv bench=ruler budget=128
     python eval/run.py -m policy=snapkv,restkv budget=64,128,256      # a sweep
     python eval/run.py -m hydra/launcher=joblib hydra.launcher.n_jobs=4 policy=snapkv,restkv budget=64,128
+    python eval/run.py --check -m policy=snapkv,restkv budget=64,128   # check every job, run nothing
 
 Writes ``predictions.jsonl`` (one line per sample, as it finishes), ``metrics.json`` and the
 resolved ``config.yaml`` into the run folder, prints a score table and the folder's path.
