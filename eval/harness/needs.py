@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from typing import Any
 
 LAUNCHER_PACKAGES = {
-    "joblib": ("hydra_plugins.hydra_joblib_launcher", "pip install -e '.[launchers]' (hydra-joblib-launcher)"),
-    "slurm": ("hydra_plugins.hydra_submitit_launcher", "pip install -e '.[slurm]' (hydra-submitit-launcher)"),
+    "joblib": ("hydra_plugins.hydra_joblib_launcher", 'pip install -e ".[launchers]" (hydra-joblib-launcher)'),
+    "slurm": ("hydra_plugins.hydra_submitit_launcher", 'pip install -e ".[slurm]" (hydra-submitit-launcher)'),
 }
 """``hydra/launcher=<choice>``: the plugin's module and how to install it."""
 
 
 POLICY_PACKAGES = {
-    "restkv.interop.kvpress_policy.KVPressPolicy": ("kvpress", "pip install -e '.[kvpress]' (kvpress==0.5.5)"),
+    "restkv.interop.kvpress_policy.KVPressPolicy": ("kvpress", 'pip install -e ".[kvpress]" (kvpress==0.5.5)'),
 }
 """Policies whose class needs a package beyond the core install: its module and how to install it."""
 
@@ -70,7 +70,7 @@ def check_quantization(values: dict[str, Any]) -> None:
     if module is not None and not installed(module):
         raise MissingNeed(
             f"quantization.backend={backend} needs the {BACKEND_PACKAGES[backend]!r} package, which is not installed "
-            f"here: pip install -e '.[quant]' (or pip install {BACKEND_PACKAGES[backend]}); or quantization=none"
+            f'here: pip install -e ".[quant]" (or pip install {BACKEND_PACKAGES[backend]}); or quantization=none'
         )
 
 
@@ -101,7 +101,7 @@ def check_logger(values: dict[str, Any]) -> None:
     backend = (values.get("logger") or {}).get("backend", "none")
     if backend == "wandb" and not installed("wandb"):
         raise MissingNeed(
-            "logger=wandb needs the wandb package, which is not installed here: pip install -e '.[tracking]'; "
+            'logger=wandb needs the wandb package, which is not installed here: pip install -e ".[tracking]"; '
             "or logger=none"
         )
 
