@@ -3,6 +3,7 @@
     python eval/run.py policy=restkv bench=ruler budget=128
     python eval/run.py -m policy=snapkv,restkv budget=64,128,256      # a sweep
     python eval/run.py -m hydra/launcher=joblib hydra.launcher.n_jobs=4 policy=snapkv,restkv budget=64,128
+    python eval/run.py --check -m policy=snapkv,restkv budget=64,128   # check every job, run nothing
 
 Writes ``predictions.jsonl`` (one line per sample, as it finishes), ``metrics.json`` and the
 resolved ``config.yaml`` into the run folder, prints a score table and the folder's path.
@@ -13,17 +14,28 @@ Rerunning the same command resumes: finished samples are skipped. Before any wor
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, "") and sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     del sys.path[0]  # executed as a script: its folder's packages are restkv.eval's, never top-level names
 
+from restkv.eval.harness.interrupts import quiet_interrupts
+
+if __name__ == "__main__":
+    quiet_interrupts()  # first: Ctrl-C while the imports below run is one line too
+
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from restkv.eval.harness import errors, preflight
+from restkv.eval.harness.entry import EntryPoint, check_before_work
+from restkv.eval.harness.naming import NAMING_KEYS, NOT_NAMING_PREFIXES, other_overrides
+
+__all__ = ["CONFIG_DIR", "NAMING_KEYS", "NOT_NAMING_PREFIXES", "main", "other_overrides", "run_settings"]
 from restkv.eval.models.paths import bundled
 
 if TYPE_CHECKING:  # the run's machinery is imported once the command line has been checked
@@ -41,37 +53,6 @@ def __getattr__(name: str) -> str:
 
         return CONFIG_DIR
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-NAMING_KEYS = {
-    "bench",
-    "model",
-    "policy",
-    "budget",
-    "out_dir",
-    "limit",
-    "device",
-    "model.device_map",
-    "experiment",
-    "allow_skips",
-    "on_change",
-    "logger",
-    "decode",
-    "decode_batch",
-}
-"""Override keys already in the folder's name, or that change no prediction; ``logger.*`` and ``hydra.*``
-(launchers included) are left out too."""
-NOT_NAMING_PREFIXES = ("hydra.", "logger.")
-
-
-def other_overrides(overrides: list[str]) -> list[str]:
-    """Overrides that change results but are not already in the run folder's name."""
-    kept = []
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+~")
-        if key not in NAMING_KEYS and not key.startswith(NOT_NAMING_PREFIXES):
-            kept.append(item)
-    return kept
 
 
 def run_settings(cfg: DictConfig, hydra_cfg: DictConfig) -> RunSettings:
@@ -109,14 +90,13 @@ def register_user_errors() -> None:
 
 @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name="config")
 def main(cfg: DictConfig) -> float:
-    from hydra.core.hydra_config import HydraConfig
-
-    from restkv.eval.harness import gpu_slots, tracking
-    from restkv.eval.harness.runner import run_benchmark
-
-    register_user_errors()
     hydra_cfg = HydraConfig.get()
-    with errors.one_line_errors():
+    worker = "joblib" in str(hydra_cfg.launcher.get("_target_", ""))  # its launching process says what is saved
+    with errors.one_line_errors(announce_interrupts=not worker):  # the imports too: a Ctrl-C while they run
+        from restkv.eval.harness import gpu_slots, tracking
+        from restkv.eval.harness.runner import run_benchmark
+
+        register_user_errors()
         tracker = tracking.tracker_for(cfg)  # first: a missing wandb stops the run before any work
         gpu_slots.claim_for_job(hydra_cfg, str(cfg.device))
         summary = run_benchmark(cfg, run_settings(cfg, hydra_cfg), on_finished=tracker)
@@ -128,17 +108,47 @@ def main(cfg: DictConfig) -> float:
     return float("nan") if average is None else float(average)
 
 
-def check_before_hydra(argv: list[str]) -> None:
-    """Refuse a bad command line before Hydra or any heavy import runs: its words first (no torch), then the
-    config it composes (the policies' typed knobs import torch; no model, no data)."""
-    with errors.one_line_errors():
-        words = preflight.check_command_line(argv, Path(CONFIG_DIR))
-        if not {"-h", "--help", "--hydra-help", "--version"} & set(argv):
-            preflight.check_composition(words, Path(CONFIG_DIR))
+def entry_point() -> EntryPoint:
+    """``eval/run.py`` for the shared check before the work (`restkv.eval.harness.entry`)."""
+    from restkv.eval.harness.run_check import check_run_job, describe_run_job
+
+    return EntryPoint(
+        command="eval/run.py",
+        configs=Path(CONFIG_DIR),
+        config_name="config",
+        check_job=check_run_job,
+        describe_job=describe_run_job,
+        check_words=preflight.check_command_line,
+    )
+
+
+def check_before_hydra(argv: list[str]) -> tuple[list[str], list[Any]]:
+    """Refuse a bad command line before Hydra or any heavy import runs: its words first (no torch), then every job
+    it composes (the policies' typed knobs import torch; no model, no data). Returns it in Hydra's order, and its
+    jobs."""
+    return check_before_work(entry_point(), argv)
+
+
+def run_command(argv: list[str]) -> None:
+    """The command: check, then run every job; a sweep stopped by Ctrl-C in its launching process (a joblib
+    sweep's) ends with one line saying how many samples its run folders hold."""
+    argv, jobs = check_before_hydra(argv)
+    sys.argv[1:] = argv
+    import restkv.eval.harness.config_tree  # noqa: F401  (the typed nodes and resolvers Hydra composes with)
+
+    # the process that tracks a joblib sweep's semaphores warns about them when the sweep is stopped: not the user's
+    os.environ["PYTHONWARNINGS"] = ",".join(
+        filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore::UserWarning:multiprocessing.resource_tracker"])
+    )
+    try:
+        main()
+    except KeyboardInterrupt:
+        if len(jobs) < 2:
+            raise
+        from restkv.eval.harness.run_check import stopped_sweep
+
+        raise KeyboardInterrupt(stopped_sweep(jobs)) from None
 
 
 if __name__ == "__main__":
-    check_before_hydra(sys.argv[1:])
-    import restkv.eval.harness.config_tree  # noqa: F401  (the typed nodes Hydra composes with)
-
-    main()
+    run_command(sys.argv[1:])

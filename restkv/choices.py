@@ -19,3 +19,7 @@ when it outgrows ``budget + interval``) or ``length`` (R-KV's authors' loop: on 
 which the sequence, prompt included, reached a multiple of ``interval`` tokens; their ``divide_length`` is 128)."""
 GQA_MODES = ("mean", "max", "expand")
 """How a grouped-query model's per-query-head scores become one selection per key/value head (`restkv.select`)."""
+QUANT_BACKEND_MODULES = {"hqq": "hqq", "quanto": "optimum.quanto", "kvquant": "hqq"}
+"""The module each quantization backend imports (`restkv.quantize`)."""
+QUANT_BACKEND_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto", "kvquant": "hqq"}
+"""The package that provides it, as pip names it."""

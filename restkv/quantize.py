@@ -31,6 +31,7 @@ import torch
 from transformers.cache_utils import HQQQuantizedLayer, QuantizedLayer, QuantoQuantizedLayer
 
 from restkv.checks import check_choice, check_number
+from restkv.choices import QUANT_BACKEND_MODULES, QUANT_BACKEND_PACKAGES
 
 QUANT_BACKENDS = ("none", "hqq", "quanto", "kvquant")
 BACKEND_BITS = {"hqq": (1, 2, 3, 4, 8), "quanto": (2, 4), "kvquant": (1, 2, 3, 4, 8)}
@@ -38,8 +39,8 @@ BACKEND_AXES = {"hqq": (0, 1), "quanto": (0,), "kvquant": (0, 1)}
 """Axes we allow: quanto's ``-1`` fails on token counts its group size does not divide, mid-run."""
 HQQ_PACKING = {1: 8, 2: 4, 3: 10, 4: 2, 8: 1}
 """Rows of ``group_size`` entries HQQ packs together along axis 1 (its bit packing)."""
-BACKEND_MODULES = {"hqq": "hqq", "quanto": "optimum.quanto", "kvquant": "hqq"}
-BACKEND_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto", "kvquant": "hqq"}
+BACKEND_MODULES = QUANT_BACKEND_MODULES
+BACKEND_PACKAGES = QUANT_BACKEND_PACKAGES
 
 
 def _installed(module: str) -> bool:

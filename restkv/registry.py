@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
@@ -33,6 +34,8 @@ def register_policy(name: str) -> Callable[[P], P]:
 
     def decorate(cls: P) -> P:
         existing = _POLICIES.get(name)
+        if existing is not None and _same_definition(existing, cls):
+            return cls  # one file run as a script and imported as a module: one policy (the first stays registered)
         if existing is not None and existing is not cls:
             raise ValueError(f"policy name {name!r} is already taken by {existing.__module__}.{existing.__name__}")
         if name in _PRESETS:
@@ -41,6 +44,25 @@ def register_policy(name: str) -> Callable[[P], P]:
         return cls
 
     return decorate
+
+
+def _source(cls: type) -> str | None:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        return None
+
+
+def _same_definition(first: type, second: type) -> bool:
+    """Whether two classes are one definition loaded twice: a policy file run as a script (``__main__``) and the
+    same file, or a copy of it (the policy guide's example put in ``baselines/``), imported when the registry loads
+    ``restkv.baselines``. Same name and same source text: the first registered stays."""
+    if first is second:
+        return True
+    if first.__qualname__ != second.__qualname__:
+        return False
+    source = _source(first)
+    return source is not None and source == _source(second)
 
 
 def register_preset(name: str, policy: str, **knobs: Any) -> None:

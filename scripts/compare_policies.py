@@ -386,7 +386,9 @@ def turns_table(args: argparse.Namespace) -> None:
     """Each of ``--turn-policies`` answering several questions about one compressed context
     (``evaluation=multi_turn``, answers kept in the cache): accuracy over the turns, per turn, and paired
     differences from ReST-KV on the same prompts."""
-    turn_args = argparse.Namespace(**{**vars(args), "tasks": args.turn_tasks, "samples": args.turn_samples})
+    turn_args = argparse.Namespace(
+        **{**vars(args), "tasks": args.turn_tasks, "samples": args.turn_samples, "protocol": "query_agnostic"}
+    )  # the context alone is compressed: multi-turn runs record the protocol they use
     accuracy: dict[tuple[str, str], float] = {}
     curves: dict[tuple[str, str], list[float]] = {}
     scores: dict[tuple[str, str], dict[str, float]] = {}

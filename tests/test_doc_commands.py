@@ -47,7 +47,7 @@ def test_every_run_command_composes_and_validates(command: str) -> None:
     """Each override names a real key or group with an allowed value (the first value of a sweep's list)."""
     overrides = []
     for word in shlex.split(command)[2:]:
-        if word == "-m":
+        if word in ("-m", "--check"):  # Hydra's sweep flag, the check-only flag
             continue
         key, _, value = word.partition("=")
         if key.startswith("hydra/launcher"):

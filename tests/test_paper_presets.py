@@ -22,7 +22,6 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-import restkv.eval.harness.runner  # noqa: F401  (registers the ${range_list:...} resolver)
 from restkv import ReSTKV
 from restkv.baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, StreamingLLM
 from restkv.eval.benchmarks import infinitebench, longbench, niah

@@ -6,7 +6,8 @@ once (so no question is in the observation window), then each turn's question is
 answered greedily. With ``append_answers`` (default) the answer stays in the cache before the next question (a
 conversation); without it, every turn starts again from the compressed context (independent questions on a shared
 prefix). A sample's turns are its own question, then those of ``meta["turns"]``: benchmarks that know several
-questions about one context give them (the micro suite with ``bench.turns=true``: every needle asked in turn).
+questions about one context give them (the micro suite's ``micro_multikey_1``: its other keys asked in turn;
+``bench=scbench``).
 ``max_turns`` caps how many are asked. The record holds each turn's prediction, score and length; the sample's
 score is their mean; ``metrics.json`` adds the accuracy of each turn (``turn_scores``), the per-turn curve.
 """
@@ -45,9 +46,15 @@ class MultiTurn:
         if len(turns) < 2 and self.max_turns != 1:
             raise ValueError(
                 f"evaluation=multi_turn asks several questions about one context, but {benchmark.name}'s sample "
-                f"{sample.id} has one; use bench=micro bench.turns=true (its needles asked in turn)"
+                f"{sample.id} has one; use bench=micro bench.tasks=[micro_multikey_1] (its other keys asked in turn) "
+                "or bench=scbench, or evaluation.max_turns=1"
             )
         return turns
+
+    def check_samples(self, benchmark: Benchmark, samples: list[Sample]) -> None:
+        """Refuse, before any folder or model, samples that have no further turns (see `turns`)."""
+        for sample in samples:
+            self.turns(benchmark, sample)
 
     @torch.no_grad()
     def evaluate(self, benchmark: Benchmark, session: Session, sample: Sample, prompt: PromptTokens) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""The Hydra config tree: where it is, its files by name, and the policy knobs it gets from the registry.
+"""The Hydra config tree: where it is, its files by name, the policy knobs it gets from the registry and the
+resolvers its files use. Every composition of ``configs/`` (a run, the check before it, a script, a test) imports
+this module first, so what the tree needs is registered here and nowhere else.
 
 Policy configs (``configs/policy/<name>.yaml``) hold ``_target_`` plus what they change: their
 knobs and defaults come from the policy dataclasses, stored here as typed Hydra nodes
@@ -74,6 +76,25 @@ def configured_policy(name: str, knobs: dict[str, dict[str, Any]] | None = None)
 
 
 store_policy_knobs()
+
+
+def range_list(start: str, stop: str, step: str) -> list[int]:
+    """``${range_list:start,stop,step}``: ``list(range(start, stop, step))`` (NIAH's 1000..32000 step 200 grid)."""
+    return list(range(int(start), int(stop), int(step)))
+
+
+RESOLVERS = {"range_list": range_list}
+"""The interpolations the config files use, beyond OmegaConf's and Hydra's own."""
+
+
+def register_resolvers() -> None:
+    """Register `RESOLVERS` with OmegaConf (once; an existing registration of the same name is kept)."""
+    for name, function in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)
+
+
+register_resolvers()
 
 
 # The model group's typed node ------------------------------------------------------------------

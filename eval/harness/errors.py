@@ -58,15 +58,23 @@ def user_message(error: BaseException, out: str = OUT_OPTION) -> str | None:
 
 @contextmanager
 def one_line_errors(
-    exit_code: int = 2, traceback_env: str = "HYDRA_FULL_ERROR", out: str = OUT_OPTION
+    exit_code: int = 2,
+    traceback_env: str = "HYDRA_FULL_ERROR",
+    out: str = OUT_OPTION,
+    announce_interrupts: bool = True,
 ) -> Iterator[None]:
-    """Inside the block, a user's error ends the process with one line on stderr and ``exit_code``."""
+    """Inside the block, a user's error ends the process with one line on stderr and ``exit_code``; a Ctrl-C with
+    its own line (none when ``announce_interrupts`` is False: a sweep's worker, whose launcher says it)."""
     try:
         yield
     except KeyboardInterrupt as error:  # Ctrl-C: one line (the run's own says what is saved), the shell's code
         if os.environ.get(traceback_env) == "1":
             raise
-        print(f"\n{error}" if str(error) else "\nstopped (Ctrl-C)", file=sys.stderr)
+        if not announce_interrupts:
+            sys.exit(130)
+        from restkv.eval.harness.interrupts import interrupt_line
+
+        print(interrupt_line(error), file=sys.stderr)
         sys.exit(130)
     except Exception as error:
         message = user_message(error, out)

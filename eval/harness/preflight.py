@@ -1,9 +1,10 @@
-"""The command line of ``eval/run.py`` checked before any heavy import: a mistyped key, an unknown config, a bad
-top-level value or an option where an override belongs is refused in about a second, with the closest valid name.
+"""The words of a command line checked before any heavy import: a mistyped key, an unknown config, a bad top-level
+value or an option where an override belongs is refused in about a second, with the closest valid name.
 
 Only what can be checked without torch is checked here (Hydra's override grammar, the config tree's files, the
-top-level keys' values); the settings of the chosen policy, benchmark and model are checked once the config is
-composed (`check_composition`), still before any model or data is loaded.
+top-level keys' values); every job's composed config is checked next (`restkv.eval.harness.entry`), still before
+any model or data is loaded. `hydra_order` lets Hydra's options stand anywhere on the line (``-m`` after
+overrides included), as a user types them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ HYDRA_FLAGS = {
     "--shell-completion", "--experimental-rerun",
 }  # fmt: skip
 """Hydra's own options (``-m`` for a sweep, ``--cfg job`` to print the config, ...): left to Hydra."""
+CHECK_FLAG = "--check"
+"""Ours: check the command (every job of a sweep) and say what it would run, without running it."""
 FLAGS_WITH_VALUE = {"-c", "--cfg", "--info", "-p", "--package", "-cn", "--config-name", "-cp", "--config-path",
                     "-cd", "--config-dir", "-sc", "--shell-completion", "--experimental-rerun"}  # fmt: skip
 
@@ -30,26 +33,47 @@ class UsageError(ValueError):
     """A command line that cannot be what the user meant; the message says what to type instead."""
 
 
-def overrides_of(argv: list[str]) -> list[str]:
-    """The ``key=value`` words of ``argv``; an option that is not Hydra's is refused with the override to use."""
-    words, skip = [], False
+def split_argv(argv: list[str], command: str = "eval/run.py") -> tuple[list[str], list[str]]:
+    """(Hydra's options with their values, the ``key=value`` words) of ``argv``, each in its order; an option that
+    is neither Hydra's nor `CHECK_FLAG` is refused with the override to use."""
+    flags: list[str] = []
+    words: list[str] = []
+    expects_value = False
     for word in argv:
-        if skip:
-            skip = False
+        if expects_value:
+            flags.append(word)
+            expects_value = False
             continue
         name = word.split("=", 1)[0]
-        if name in HYDRA_FLAGS:
-            skip = name in FLAGS_WITH_VALUE and "=" not in word
+        if name in HYDRA_FLAGS or word == CHECK_FLAG:
+            flags.append(word)
+            expects_value = name in FLAGS_WITH_VALUE and "=" not in word
             continue
         if word.startswith("-") and not word.startswith("~"):
             key = word.lstrip("-")
             hint = f"{key}" if "=" in key else f"{key}=<value>"
             raise UsageError(
-                f"{word!r} is not an option of eval/run.py: settings are key=value overrides (write {hint}); "
-                "Hydra's options: -m (a sweep), --cfg job (print the config), --help"
+                f"{word!r} is not an option of {command}: settings are key=value overrides (write {hint}); "
+                f"options: -m (a sweep), {CHECK_FLAG} (check it, run nothing), --cfg job (print the config), --help"
             )
         words.append(word)
-    return words
+    return flags, words
+
+
+def overrides_of(argv: list[str], command: str = "eval/run.py") -> list[str]:
+    """The ``key=value`` words of ``argv`` (see `split_argv`)."""
+    return split_argv(argv, command)[1]
+
+
+def hydra_order(argv: list[str]) -> list[str]:
+    """``argv`` with the options first, then the overrides, each in its order: Hydra's parser takes its options
+    before the overrides only (``bench=micro -m policy=a,b`` would be an error); `CHECK_FLAG` is left out."""
+    flags, words = split_argv(argv)
+    return [*(f for f in flags if f != CHECK_FLAG), *words]
+
+
+def is_multirun(argv: list[str]) -> bool:
+    return bool({"-m", "--multirun"} & set(argv))
 
 
 def group_options(roots: list[Path], group: str) -> list[str]:
@@ -145,86 +169,3 @@ def check_n_jobs(value: Any) -> None:
         parallel_workers(value)
     except GpuSlotError as error:
         raise UsageError(str(error)) from None
-
-
-def first_combination(words: list[str]) -> list[str]:
-    """The overrides of a sweep's first job (``budget=64,128`` -> ``budget=64``), Hydra's own left out: what is
-    composed to check the settings of a sweep before it launches (each job checks its own again)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    single = []
-    for word, override in zip(words, OverridesParser.create().parse_overrides(words), strict=True):
-        key = override.key_or_group
-        if key.split(".")[0].split("/")[0] == "hydra" and key != "hydra.searchpath":
-            continue
-        if override.is_sweep_override():
-            prefix = word[: len(word) - len(word.lstrip("+~"))]
-            word = f"{prefix}{key}={next(iter(override.sweep_string_iterator()))}"
-        single.append(word)
-    return single
-
-
-def check_composition(words: list[str], configs: Path) -> None:
-    """Compose the config the command line asks for (a sweep's first job) and check every setting of it: an
-    unknown or mistyped policy, benchmark or model key, a value of the wrong type or out of range. Imports torch
-    (the policies' typed knobs), not the model stack."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    import restkv.eval.harness.config_tree  # noqa: F401  (registers the typed nodes the configs extend)
-    from restkv.eval.harness.validate import check_node, check_run_keys
-    from restkv.eval.models.spec import check_model, model_spec
-
-    single = first_combination(words)
-    try:
-        with initialize_config_dir(config_dir=str(configs), version_base=None):
-            cfg = compose(config_name="config", overrides=single)
-    except (HydraException, OmegaConfBaseException) as error:
-        raise UsageError(composition_message(error, single, configs)) from None
-    values = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(values, dict)
-    check_run_keys(values)
-    for group in ("policy", "bench"):  # the evaluation node's class imports the model stack: checked by the run
-        check_node(values[group], group)
-    try:
-        instantiate(cfg.policy, _convert_="all")  # the policy's own range checks (its __post_init__)
-        benchmark = instantiate(cfg.bench, _convert_="all")
-    except HydraException as error:  # InstantiationException: the class's own message is its cause's
-        cause = error.__cause__
-        if isinstance(cause, ValueError | TypeError | NotImplementedError):
-            raise UsageError(str(cause)) from None
-        raise
-    check_model(model_spec(cfg.model))  # a hub model neither cached nor downloadable: refused now, not after retries
-    if hasattr(benchmark, "check_data"):
-        benchmark.check_data()  # task files missing where the hub cannot supply them
-
-
-def composition_message(error: Exception, overrides: list[str], configs: Path) -> str:
-    """Hydra's composition error as one line; an unknown nested key gets the closest valid name and the list."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    parts, cause = [], error
-    while cause is not None:
-        parts.append(str(cause))
-        cause = cause.__cause__ or cause.__context__
-    text = "\n".join(parts)
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("To append")]
-    if text.startswith("Error merging override "):
-        override = lines[0].removeprefix("Error merging override ")
-        reasons = [line for line in lines[1:] if "$VALUE" not in line]
-        return f"{override} is not allowed: {reasons[0] if reasons else 'Hydra cannot merge it'}"
-    if text.startswith("Could not override '") and " not in " in text:
-        key = text.split("'", 2)[1]
-        parent, _, name = key.rpartition(".")
-        base = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
-        with initialize_config_dir(config_dir=str(configs), version_base=None):
-            node = OmegaConf.select(compose(config_name="config", overrides=base), parent) if parent else None
-        if node is not None and OmegaConf.is_dict(node):
-            settings = sorted(k for k in node if not str(k).startswith("_"))
-            return f"{key} is not a setting of {parent}{suggest(name, settings)} (its settings: {', '.join(settings)})"
-    kept = [line for line in lines if not line.startswith(("full_key:", "object_type=", "See "))]
-    return "; ".join(dict.fromkeys(kept))

@@ -13,6 +13,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes and resolvers, wherever the run composes)
 from restkv import Budget, compress
 from restkv.decode_eviction import DecodeEviction
 from restkv.devices import pick_device
@@ -42,12 +43,6 @@ from restkv.fastpath import CHECKS, with_fallbacks
 from restkv.quantize import Quantization
 from restkv.registry import policy_defaults, resolve_policy
 from restkv.storage import check_storage
-
-if not OmegaConf.has_resolver("range_list"):
-    # ${range_list:start,stop,step} in configs, e.g. NIAH's 1000..32000 step 200 length grid
-    OmegaConf.register_new_resolver(
-        "range_list", lambda start, stop, step: list(range(int(start), int(stop), int(step)))
-    )
 
 
 @dataclass
@@ -128,6 +123,9 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     if not samples:
         why = f"; skipped: {_listed(skipped)}" if skipped else " (check bench.tasks and the benchmark's data files)"
         raise EmptyRun(f"bench={settings.bench} gives no sample to run{why}")
+    check_samples = getattr(evaluation, "check_samples", None)  # optional: what the strategy needs of each sample
+    if check_samples is not None:
+        check_samples(benchmark, samples)
     if skipped and not cfg.get("allow_skips", False):
         raise SkippedWork(
             f"bench={settings.bench} cannot run every task ({_listed(skipped)}). Nothing was run. Provide "

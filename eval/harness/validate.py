@@ -108,6 +108,10 @@ def check_node(node: dict[str, Any], key: str) -> None:
 def check_out_dir(out_dir: Any) -> Path:
     """``out_dir`` as a path that can be created and written, checked without creating anything."""
     check_value("out_dir", out_dir, str)
+    if not out_dir.strip():
+        raise ValueError(
+            f"out_dir={out_dir!r} is not allowed: name the folder results go to (out_dir=results is the default)"
+        )
     path = Path(out_dir).expanduser()
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
@@ -216,3 +220,28 @@ def check_config(values: dict[str, Any]) -> None:
         if not isinstance(node, dict):
             raise ValueError(f"the config has no {group} (choose one: {group}=<name>)")
         check_node(node, group)
+    check_combinations(values)
+
+
+EVALUATION_PROTOCOLS = {"MultiTurn": "query_agnostic"}
+"""Evaluation strategies that compress one way whatever ``protocol`` says: ``MultiTurn`` compresses the context
+alone, then asks each question (eval/evaluation/multi_turn.py)."""
+
+
+def check_combinations(values: dict[str, Any]) -> None:
+    """Settings that are each valid but cannot act together: refused rather than recorded as if they had."""
+    evaluation = str((values.get("evaluation") or {}).get("_target_", "")).rpartition(".")[2]
+    phase = (values.get("compression") or {}).get("phase", "prefill")
+    if evaluation == "Fidelity" and phase != "prefill":
+        raise ValueError(
+            f"evaluation=fidelity with compression.phase={phase} is not allowed: fidelity scores the prompt's "
+            "compressed cache over a teacher-forced reference, where no decode-time cut is ever made; use "
+            "evaluation=generate to measure decode-time eviction, or compression.phase=prefill"
+        )
+    fixed = EVALUATION_PROTOCOLS.get(evaluation)
+    protocol = values.get("protocol", "query_aware")
+    if fixed is not None and protocol != fixed:
+        raise ValueError(
+            f"evaluation=multi_turn with protocol={protocol} is not allowed: it compresses the context alone, then "
+            f"asks each question (protocol={fixed}); add protocol={fixed}, so that the run records what it does"
+        )
