@@ -34,8 +34,8 @@ import torch
 from restkv.checks import check_choice, check_number
 from restkv.head_selection import HeadSelection as HeadSelection  # re-exported: its historical home
 from restkv.rankings import global_capacities as global_capacities
-from restkv.rankings import kept_share
 from restkv.rankings import shared_past_tokens as shared_past_tokens
+from restkv.rankings import shared_tokens
 from restkv.rankings import window_ranked_selection as window_ranked_selection
 from restkv.select import Budget, keep_indices
 
@@ -332,7 +332,7 @@ class GlobalWindowAllocation(GlobalAllocation):
         flat = [_single_prompt(layer) for layer in scores]
         heads, count = flat[0].shape[0], len(flat)
         if self.fraction_per_layer and budget.is_ratio:
-            total = int(layers[0].length * kept_share(float(budget.value)) * heads * count)
+            total = shared_tokens(layers[0].length, float(budget.value), heads, count)
         else:
             total = sum(layer.shape[0] * keep for layer, keep in zip(flat, keeps, strict=True))
         return window_ranked_selection(flat, window, total)

@@ -19,11 +19,16 @@ def kept_share(fraction: float) -> float:
     return 1 - (1 - fraction)
 
 
+def shared_tokens(length: int, fraction: float, heads: int, layers: int = 1) -> int:
+    """Tokens ``heads`` selection heads (of ``layers`` layers) share under a fraction ``fraction`` of a
+    ``length``-token prompt, windows included, counted as DefensiveKV's authors count it:
+    ``int(length * (1 - r) * heads * layers)`` (their float products, in their order)."""
+    return int(length * kept_share(fraction) * heads * layers)
+
+
 def shared_past_tokens(length: int, fraction: float, heads: int, window: int, layers: int = 1) -> int:
-    """Past tokens ``heads`` selection heads (of ``layers`` layers) share under a fraction ``fraction`` of a
-    ``length``-token prompt, counted as DefensiveKV's authors count it: ``int(length * (1 - r) * heads * layers)``
-    tokens in all (their float products, in their order), less every head's window."""
-    return max(int(length * kept_share(fraction) * heads * layers) - heads * layers * window, 0)
+    """`shared_tokens` less every head's window: the past tokens the heads share."""
+    return max(shared_tokens(length, fraction, heads, layers) - heads * layers * window, 0)
 
 
 def window_ranked_selection(scores: list[torch.Tensor], window: int, total: int) -> list[HeadSelection]:
