@@ -200,22 +200,38 @@ def dkv_case(classes: dict, layer: bool, i: int, tensors: dict) -> dict:
     masks, scores, queries = run_dkv(classes, layer, s, layers, ratio)
     name = f"{'layer_' if layer else ''}defensivekv_{i:02d}"
     case = {
-        "name": name, "seed": (20_000 if layer else 10_000) + i, "regime": regimes if layer else regimes[0],
-        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads, "seq_len": seq_len,
-        "head_dim": s.head_dim, "hidden_size": s.heads * s.head_dim, "window_size": WINDOW_DKV,
-        "kernel_size": KERNEL_DKV, "compression_ratio": ratio, "keep_fraction": 1 - ratio,
+        "name": name,
+        "seed": (20_000 if layer else 10_000) + i,
+        "regime": regimes if layer else regimes[0],
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "seq_len": seq_len,
+        "head_dim": s.head_dim,
+        "hidden_size": s.heads * s.head_dim,
+        "window_size": WINDOW_DKV,
+        "kernel_size": KERNEL_DKV,
+        "compression_ratio": ratio,
+        "keep_fraction": 1 - ratio,
         "stage1_count_max": int((seq_len - WINDOW_DKV) * (1 - ratio) - WINDOW_DKV),
-    }  # fmt: skip
+    }
     window, kept = slice(seq_len - WINDOW_DKV, None), [int(m.sum()) for m in masks]
-    case |= {
-        "num_hidden_layers": n, "layers": n, "query_scale": scales, "kept_per_layer": kept,
-        "window_kept_per_layer": [int(m[:, window].sum()) for m in masks],
-        "tie_at_global_cutoff": tie_at_cutoff(torch.stack(scores), sum(kept)),
-        "tie_at_layer_cutoff": [tie_at_cutoff(sc, k) for sc, k in zip(scores, kept, strict=True)],
-    } if layer else {
-        "kept_per_head": masks[0].sum(1).tolist(), "window_kept_per_head": masks[0][:, window].sum(1).tolist(),
-        "tie_at_cutoff": tie_at_cutoff(scores[0], kept[0]),
-    }  # fmt: skip
+    case |= (
+        {
+            "num_hidden_layers": n,
+            "layers": n,
+            "query_scale": scales,
+            "kept_per_layer": kept,
+            "window_kept_per_layer": [int(m[:, window].sum()) for m in masks],
+            "tie_at_global_cutoff": tie_at_cutoff(torch.stack(scores), sum(kept)),
+            "tie_at_layer_cutoff": [tie_at_cutoff(sc, k) for sc, k in zip(scores, kept, strict=True)],
+        }
+        if layer
+        else {
+            "kept_per_head": masks[0].sum(1).tolist(),
+            "window_kept_per_head": masks[0][:, window].sum(1).tolist(),
+            "tie_at_cutoff": tie_at_cutoff(scores[0], kept[0]),
+        }
+    )
     for idx, (lay, mask, sc, q) in enumerate(zip(layers, masks, scores, queries, strict=True)):
         prefix = f"{name}.L{idx}."  # one layer for `defensivekv`: L0
         tensors |= {prefix + "queries": q, prefix + "keys": lay["keys"], prefix + "values": lay["values"]}
@@ -248,9 +264,17 @@ def rkv_select_case(r1kv: type, i: int, tensors: dict) -> dict:
     name = f"rkv_select_{i:02d}"
     tensors |= {f"{name}.queries": q, f"{name}.keys": k, f"{name}.values": values, f"{name}.kept": positions(out)}
     return {
-        "name": name, "seed": seed, "regime": regime, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
-        "seq_len": seq_len, "head_dim": s.head_dim, "budget": budget, **RKV, "query_scale": scale,
-    }  # fmt: skip
+        "name": name,
+        "seed": seed,
+        "regime": regime,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "seq_len": seq_len,
+        "head_dim": s.head_dim,
+        "budget": budget,
+        **RKV,
+        "query_scale": scale,
+    }
 
 
 def rkv_loop(r1kv: type, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prompt: int, steps: int, budget: int):
@@ -284,12 +308,17 @@ def steps_for_cuts(prompt: int, n_cuts: int) -> int:
 # Decode loops: prompt_len, budget, (heads, kv heads, head_dim), prompt regime, near-copies among decoded keys.
 # Loop 6's prompt is shorter than its budget, loop 8's a multiple of divide_length (its first cut is at step 1).
 LOOPS = (
-    (150, 128, (4, 2, 32), "gaussian+duplicated", True), (180, 128, (4, 2, 32), "spiky+heavy", False),
-    (600, 256, (8, 2, 64), "gaussian", True), (700, 192, (4, 4, 32), "duplicated", False),
-    (300, 192, (8, 4, 64), "spiky", True), (450, 256, (4, 2, 128), "heavy", False),
-    (200, 256, (8, 2, 32), "heavy+duplicated", True), (520, 192, (4, 2, 64), "spiky+duplicated", False),
-    (256, 128, (8, 4, 32), "gaussian", False), (333, 192, (4, 2, 32), "heavy", True),
-)  # fmt: skip
+    (150, 128, (4, 2, 32), "gaussian+duplicated", True),
+    (180, 128, (4, 2, 32), "spiky+heavy", False),
+    (600, 256, (8, 2, 64), "gaussian", True),
+    (700, 192, (4, 4, 32), "duplicated", False),
+    (300, 192, (8, 4, 64), "spiky", True),
+    (450, 256, (4, 2, 128), "heavy", False),
+    (200, 256, (8, 2, 32), "heavy+duplicated", True),
+    (520, 192, (4, 2, 64), "spiky+duplicated", False),
+    (256, 128, (8, 4, 32), "gaussian", False),
+    (333, 192, (4, 2, 32), "heavy", True),
+)
 
 
 def rkv_loop_case(r1kv: type, i: int, tensors: dict) -> dict:
@@ -308,12 +337,24 @@ def rkv_loop_case(r1kv: type, i: int, tensors: dict) -> dict:
     tensors |= {f"{name}.queries": q, f"{name}.keys": k, f"{name}.values": values}
     tensors |= {f"{name}.cut{c}.kept": kept for c, (_, _, kept) in enumerate(cuts)}
     return {
-        "name": name, "seed": seed, "regime": regime, "decoded_near_copies": copies,
-        "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim,
-        "prompt_len": prompt, "steps": steps, "total": total, "budget": budget, **RKV, "divide_method": "step_length",
-        "divide_length": DIVIDE_LENGTH, "cut_steps": [c[0] for c in cuts], "cut_cache_lens": [c[1] for c in cuts],
+        "name": name,
+        "seed": seed,
+        "regime": regime,
+        "decoded_near_copies": copies,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "head_dim": s.head_dim,
+        "prompt_len": prompt,
+        "steps": steps,
+        "total": total,
+        "budget": budget,
+        **RKV,
+        "divide_method": "step_length",
+        "divide_length": DIVIDE_LENGTH,
+        "cut_steps": [c[0] for c in cuts],
+        "cut_cache_lens": [c[1] for c in cuts],
         "update_kv_steps_without_cut": idle,
-    }  # fmt: skip
+    }
 
 
 FAMILIES = ("defensivekv", "layer_defensivekv", "rkv_select", "rkv_loop")
@@ -339,8 +380,10 @@ def tags(case: dict) -> set[str]:
 def subset(cases: list[dict], tensors: dict, family: str) -> list[dict]:
     """The smallest cases covering every tag, then the smallest others up to a third, within the byte budget; cases
     with equal scores at a top-k cut-off (kept positions then depend on torch.topk's choice) come last."""
-    tie = {c["name"]: any([c.get("tie_at_cutoff"), c.get("tie_at_global_cutoff"), *c.get("tie_at_layer_cutoff", [])])
-           for c in cases}  # fmt: skip
+    tie = {
+        c["name"]: any([c.get("tie_at_cutoff"), c.get("tie_at_global_cutoff"), *c.get("tie_at_layer_cutoff", [])])
+        for c in cases
+    }
     by_size = sorted(cases, key=lambda c: (tie[c["name"]], case_bytes(tensors, c["name"])))
     chosen, covered = [], set()
     for case in by_size:
@@ -360,9 +403,10 @@ def write(folder: Path, family: str, cases: list[dict], tensors: dict, full_coun
     src, names = SOURCES["rkv" if family.startswith("rkv") else "defensivekv"], {c["name"] for c in cases}
     index = {
         "source": {"repository": src["repository"], "commit": src["commit"], "files": list(src["files"])},
-        "recorded_by": "scripts/record_rival_cases.py", "notes": NOTES[family],
+        "recorded_by": "scripts/record_rival_cases.py",
+        "notes": NOTES[family],
         "torch": torch.__version__,  # which of several equal scores torch.topk keeps (see tie_at_*) may depend on it
-    }  # fmt: skip
+    }
     index |= {"decode_step": STEP_DEFINITION} if family == "rkv_loop" else {}
     index |= {"subset_of": f"{len(cases)} of the full set's {full_count} cases"} if full_count else {}
     index["cases"] = cases
