@@ -136,6 +136,7 @@ def test_the_rkv_authors_preset_runs_their_loop_over_their_budgets() -> None:
     from omegaconf import OmegaConf
 
     from restkv.eval.harness.compression import decode_eviction_of
+    from restkv.eval.harness.settings import Settings
     from restkv.eval.run import CONFIGS
     from restkv.quantize import Quantization
 
@@ -146,7 +147,7 @@ def test_the_rkv_authors_preset_runs_their_loop_over_their_budgets() -> None:
     plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     policy = instantiate(cfg.policy, _convert_="all")
     assert (policy.window, policy.kernel, policy.mix_lambda, policy.cache_order) == (8, 7, 0.07, "score")
-    eviction = decode_eviction_of(plain, policy, Quantization())
+    eviction = decode_eviction_of(Settings.of(OmegaConf.to_container(plain, resolve=True)), policy, Quantization())
     assert eviction == DecodeEviction(128, 128, "both", "length") and plain.budget == 128
 
 

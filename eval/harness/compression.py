@@ -10,22 +10,20 @@ preallocate a cache that cannot shrink, so asking for them is refused by name.
 
 from __future__ import annotations
 
-from typing import Any
-
 from restkv.decode_eviction import DecodeEviction, check_decode_eviction
+from restkv.eval.harness.settings import Settings, default
 from restkv.policy import Policy
 from restkv.quantize import Quantization
 
 
-def decode_eviction_of(cfg: Any, policy: Policy, quantization: Quantization) -> DecodeEviction | None:
+def decode_eviction_of(run: Settings, policy: Policy, quantization: Quantization) -> DecodeEviction | None:
     """The run's `DecodeEviction` (None for ``phase=prefill``), checked against the policy and the run's settings."""
-    settings = cfg.get("compression") or {}
-    phase = settings.get("phase", "prefill")
-    budget = settings.get("decode_budget")
+    settings = run.compression
+    phase, budget = settings.phase, settings.decode_budget
     if phase == "prefill":
-        if settings.get("decode_schedule", "interval") != "interval":
+        if settings.decode_schedule != default("compression.decode_schedule"):
             raise ValueError(
-                f"compression.decode_schedule={settings.get('decode_schedule')!r} is set but compression.phase="
+                f"compression.decode_schedule={settings.decode_schedule!r} is set but compression.phase="
                 "'prefill' evicts at the end of the prompt only: add compression.phase=decode (or both)"
             )
         if budget is not None:
@@ -39,10 +37,9 @@ def decode_eviction_of(cfg: Any, policy: Policy, quantization: Quantization) -> 
             f"compression.phase={phase!r} evicts during decoding and needs compression.decode_budget (tokens each "
             "layer keeps, window included)"
         )
-    interval, schedule = settings.get("decode_interval", 32), settings.get("decode_schedule", "interval")
-    eviction = DecodeEviction(budget, interval, phase, schedule)
-    check_decode_eviction(policy, eviction, cfg.get("layout", "auto"), quantization if quantization.enabled else None)
-    decode, batch = cfg.get("decode", "auto"), cfg.get("decode_batch", "auto")
+    eviction = DecodeEviction(budget, settings.decode_interval, phase, settings.decode_schedule)
+    check_decode_eviction(policy, eviction, run.layout, quantization if quantization.enabled else None)
+    decode, batch = run.decode, run.decode_batch
     if decode in ("static", "graph"):
         raise ValueError(
             f"decode={decode} preallocates a cache that decode-time eviction cannot shrink: use decode=eager "
