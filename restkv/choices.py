@@ -6,13 +6,13 @@ from __future__ import annotations
 LAYOUTS = ("auto", "varlen", "masked")
 """How kept tokens are stored (`restkv.layouts`)."""
 DECODE_PATHS = ("auto", "eager", "static", "graph")
-"""How greedy answers are decoded (`restkv.graphs`): ``eager``, the model's own loop; ``static``, the static-shape
-step run eagerly; ``graph``, that step recorded once as a CUDA graph and replayed; ``auto``, ``graph`` on CUDA where
-the cache has a static form, else ``eager``."""
+"""How greedy answers are decoded (`restkv.decoding.static_decoder`): ``eager``, the model's own loop; ``static``,
+the static-shape step run eagerly; ``graph``, that step recorded once as a CUDA graph and replayed; ``auto``,
+``graph`` on CUDA where the cache has a static form, else ``eager``."""
 PROTOCOLS = ("query_aware", "query_agnostic")
 """Where the question goes: inside the compressed prompt (the paper's protocol), or after eviction."""
 PHASES = ("prefill", "decode", "both")
-"""When eviction happens (`restkv.decode_eviction`): at the end of the prompt, during decoding, or both."""
+"""When eviction happens (`restkv.decoding.eviction`): at the end of the prompt, during decoding, or both."""
 DECODE_SCHEDULES = ("interval", "length")
 """When a layer is due for a decode-time cut: ``interval`` (every ``interval`` decoded tokens since its last cut, or
 when it outgrows ``budget + interval``) or ``length`` (R-KV's authors' loop: on the decoding step after the one at

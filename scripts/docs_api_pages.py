@@ -25,6 +25,7 @@ FOLDERS = {
 FOLDER_NAMES = ("eval", "baselines", "microtrain")
 PAGES = (
     "restkv",
+    "restkv.decoding",
     "restkv.interop",
     "restkv.baselines",
     "restkv.eval.harness",

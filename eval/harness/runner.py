@@ -15,15 +15,12 @@ from tqdm import tqdm
 
 import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes and resolvers, wherever the run composes)
 from restkv import Budget, compress
-from restkv.decode_eviction import DecodeEviction
 from restkv.devices import pick_device
 from restkv.eval.benchmarks.reads import recording
 from restkv.eval.benchmarks.sample import Sample
 from restkv.eval.evaluation import Evaluation, Session
-from restkv.eval.evaluation.batched import resolve_decode_batch
-from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
-from restkv.eval.harness.compression import decode_eviction_of
+from restkv.eval.harness.decode_plan import DecodePlan, plan_decode
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import (
     PredictionLog,
@@ -87,10 +84,8 @@ class Plan:
     settings: Settings = field(default_factory=Settings)
     """The run-level settings, checked (`restkv.eval.harness.settings`): what the run reads after the plan."""
     quantization: Quantization = field(default_factory=Quantization)
-    decode_batch: int | str = 1
-    """Prompts per decode step (``auto``: as many as free GPU memory holds); 1 decodes one prompt at a time."""
-    decode_eviction: DecodeEviction | None = None
-    """Eviction during decoding (``compression.phase=decode|both``), None for the paper's prefill-only eviction."""
+    decode: DecodePlan = field(default_factory=DecodePlan)
+    """How the run decodes (`restkv.eval.harness.decode_plan`): the path, prompts per step, decode-time eviction."""
 
 
 def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
@@ -102,7 +97,6 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     spec = model_spec(cfg.model)
     check_model(spec)
     device = pick_device(run.device)
-    check_decode(run.decode, device)
     check_attention_backend(spec, device.type)
     check_device_map(spec.device_map, device)
     budget = Budget(run.budget)
@@ -116,6 +110,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     if hasattr(benchmark, "check_data"):
         benchmark.check_data()  # task files missing where the hub cannot supply them: before the tokenizer loads
     evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
+    decode = plan_decode(run, device, evaluation, quantization, policy)
     tokenizer = load_tokenizer(spec)
     with recording() as read:  # every data file the benchmark reads belongs to the run's identity
         samples = list(benchmark.load_samples(tokenizer))
@@ -137,25 +132,8 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
         )
     folder = folder_of(settings, budget)
     identity = run_identity(values, weights_fingerprint(spec), input_digests([*read, *policy.input_files()]))
-    eviction = decode_eviction_of(run, policy, quantization)
-    unbatchable = "decode-time eviction decodes one prompt at a time" if eviction else None
-    batch = resolve_decode_batch(
-        run.decode_batch,
-        device,
-        run.decode,
-        unbatchable or why_unbatchable(evaluation, quantization),
-    )
     parts = (spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
-    return Plan(*parts, settings=run, quantization=quantization, decode_batch=batch, decode_eviction=eviction)
-
-
-def why_unbatchable(evaluation: Evaluation, quantization: Quantization) -> str | None:
-    """Why this run's samples cannot share decode steps, or None when they can."""
-    if not hasattr(evaluation, "evaluate_many"):
-        return f"evaluation={type(evaluation).__name__.lower()} evaluates one prompt at a time"
-    if quantization.enabled:
-        return f"quantized caches ({quantization.backend}) have no static form to decode in rows"
-    return None
+    return Plan(*parts, settings=run, quantization=quantization, decode=decode)
 
 
 def folder_of(settings: RunSettings, budget: Budget) -> Path:
@@ -224,11 +202,10 @@ def evaluate_missing(plan: Plan, log: PredictionLog, title: str) -> None:
             plan.budget,
             layout=plan.settings.layout,
             quantization=plan.quantization,
-            decode_eviction=plan.decode_eviction,
+            decode_eviction=plan.decode.eviction,
         ) as compressor,
     ):
-        decode = "eager" if plan.decode_eviction else plan.settings.decode  # the cache shrinks: the model's loop
-        session = Session(model, plan.tokenizer, compressor, plan.settings.protocol, eos, decode)
+        session = Session(model, plan.tokenizer, compressor, plan.settings.protocol, eos, plan.decode.path)
         for sample, prompt, outcome in outcomes(plan, session, todo, lambda: cache_size(compressor)):
             log.append(record_for(sample, prompt, outcome))
             bar.update(1)
@@ -239,17 +216,17 @@ def outcomes(
     plan: Plan, session: Session, todo: list[Sample], snapshot: Callable[[], dict[str, Any]]
 ) -> Iterator[tuple[Sample, Any, dict[str, Any]]]:
     """Each sample's outcome, in order, with the cache it kept (``snapshot()`` after its prefill) and the batch it
-    was decoded in: one at a time, or ``plan.decode_batch`` prompts per decode step."""
+    was decoded in: one at a time, or ``plan.decode.rows`` prompts per decode step."""
     spec = plan.spec
     prompts = ((s, tokenize(s, plan.tokenizer, spec.chat_template, spec.max_context)) for s in todo)
-    if plan.decode_batch == 1:
+    if plan.decode.rows == 1:
         for sample, prompt in prompts:
             CHECKS.drain()  # what a fast path's check decides from here on is this sample's
             outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
             yield sample, prompt, with_fallbacks({**outcome, **snapshot(), "decode_batch": 1}, CHECKS.drain())
         return
     evaluate_many = plan.evaluation.evaluate_many  # type: ignore[attr-defined]
-    yield from evaluate_many(plan.benchmark, session, list(prompts), plan.decode_batch, snapshot)
+    yield from evaluate_many(plan.benchmark, session, list(prompts), plan.decode.rows, snapshot)
 
 
 def cache_summary(records: list[dict[str, Any]], layout: str, quantization: Quantization) -> dict[str, Any]:
@@ -287,7 +264,7 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, settings
         ran={"tasks": task_order, "samples": len(records), "limit": plan.settings.limit},
         skipped=plan.skipped,
         cache=cache_summary(records, plan.settings.layout, plan.quantization),
-        decode=decode_summary(records, plan.settings.decode, plan.decode_batch),
+        decode=decode_summary(records, plan.settings.decode, plan.decode.rows),
     )
     extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
     if extra is not None:
