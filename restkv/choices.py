@@ -17,6 +17,9 @@ DECODE_SCHEDULES = ("interval", "length")
 """When a layer is due for a decode-time cut: ``interval`` (every ``interval`` decoded tokens since its last cut, or
 when it outgrows ``budget + interval``) or ``length`` (R-KV's authors' loop: on the decoding step after the one at
 which the sequence, prompt included, reached a multiple of ``interval`` tokens; their ``divide_length`` is 128)."""
+DECODE_INTERVAL = 32
+"""Decoded tokens between two decode-time cuts unless set (`restkv.decoding.eviction.DecodeEviction.interval`, the
+run-level ``compression.decode_interval``): the one place the default is written."""
 GQA_MODES = ("mean", "max", "expand")
 """How a grouped-query model's per-query-head scores become one selection per key/value head (`restkv.select`)."""
 QUANT_BACKEND_MODULES = {"hqq": "hqq", "quanto": "optimum.quanto", "kvquant": "hqq"}

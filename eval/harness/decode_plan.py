@@ -138,20 +138,30 @@ RULES: tuple[Rule, ...] = (
 """Every rule between decoding's settings and the run's other parts, each checked once, in this order."""
 
 ONE_AT_A_TIME: tuple[tuple[str, Callable[[Facts], str | None]], ...] = (
-    ("decode-time eviction", lambda f: _only(
-        f.evicts_while_decoding, "decode-time eviction decodes one prompt at a time"
-    )),
-    ("the evaluation", lambda f: _only(
-        not hasattr(f.evaluation, "evaluate_many"),
-        f"evaluation={type(f.evaluation).__name__.lower()} evaluates one prompt at a time",
-    )),
-    ("quantized storage", lambda f: _only(
-        f.quantization.enabled, f"quantized caches ({f.quantization.backend}) have no static form to decode in rows"
-    )),
-    ("the eager loop", lambda f: _only(
-        f.run.decode == "eager", "decode=eager decodes with the model's own loop, one prompt at a time"
-    )),
-)  # fmt: skip
+    (
+        "decode-time eviction",
+        lambda f: _only(f.evicts_while_decoding, "decode-time eviction decodes one prompt at a time"),
+    ),
+    (
+        "the evaluation",
+        lambda f: _only(
+            not hasattr(f.evaluation, "evaluate_many"),
+            f"evaluation={type(f.evaluation).__name__.lower()} evaluates one prompt at a time",
+        ),
+    ),
+    (
+        "quantized storage",
+        lambda f: _only(
+            f.quantization.enabled, f"quantized caches ({f.quantization.backend}) have no static form to decode in rows"
+        ),
+    ),
+    (
+        "the eager loop",
+        lambda f: _only(
+            f.run.decode == "eager", "decode=eager decodes with the model's own loop, one prompt at a time"
+        ),
+    ),
+)
 """Why a run's prompts cannot share decode steps, first reason first (an evaluation batches by ``evaluate_many``)."""
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from restkv.budget import Budget
-from restkv.choices import DECODE_PATHS, DECODE_SCHEDULES, LAYOUTS, PHASES
+from restkv.choices import DECODE_INTERVAL, DECODE_PATHS, DECODE_SCHEDULES, LAYOUTS, PHASES
 from restkv.eval.harness.choices import ON_CHANGE, PROTOCOLS
 from restkv.eval.harness.kinds import check_one_of, check_value, conforms, describe, suggest
 
@@ -101,18 +101,25 @@ class Compression:
     """``compression.*``: when eviction happens, and the decode-time budget, interval and schedule."""
 
     phase: str = setting(
-        "prefill", "When eviction happens: prefill (once, at the end of the prompt: the paper) | decode (the prompt "
-        "kept whole, every layer cut while answering) | both.", choices=PHASES, before="prefill",
-    )  # fmt: skip
+        "prefill",
+        "When eviction happens: prefill (once, at the end of the prompt: the paper) | decode (the prompt "
+        "kept whole, every layer cut while answering) | both.",
+        choices=PHASES,
+        before="prefill",
+    )
     decode_budget: int | None = setting(
         None, "Tokens each layer keeps during decoding, window included (phase=decode|both).", low=1, before=None
     )
-    decode_interval: int = setting(32, "Decoded tokens between two decode-time cuts.", low=1, before=32)
+    decode_interval: int = setting(
+        DECODE_INTERVAL, "Decoded tokens between two decode-time cuts.", low=1, before=DECODE_INTERVAL
+    )
     decode_schedule: str = setting(
-        "interval", "When a cut is due: interval (decode_interval tokens since a layer's last cut) | length (R-KV's "
+        "interval",
+        "When a cut is due: interval (decode_interval tokens since a layer's last cut) | length (R-KV's "
         "authors' timing: the step after the sequence reaches a multiple of decode_interval).",
-        choices=DECODE_SCHEDULES, before="interval",
-    )  # fmt: skip
+        choices=DECODE_SCHEDULES,
+        before="interval",
+    )
 
 
 @dataclass(frozen=True)
@@ -121,25 +128,35 @@ class Settings:
 
     compression: Compression = field(default_factory=Compression, metadata={"rule": Rule("When eviction happens.")})
     budget: int | float = setting(
-        128, "Tokens kept per layer, window included; a float in (0, 1): the fraction of each prompt kept.",
-        check=check_budget, in_name=True,
-    )  # fmt: skip
+        128,
+        "Tokens kept per layer, window included; a float in (0, 1): the fraction of each prompt kept.",
+        check=check_budget,
+        in_name=True,
+    )
     protocol: str = setting(
-        "query_aware", "query_aware: the question inside the compressed prompt (the paper); query_agnostic: the "
-        "context alone compressed, the question appended after eviction.", choices=PROTOCOLS,
-    )  # fmt: skip
+        "query_aware",
+        "query_aware: the question inside the compressed prompt (the paper); query_agnostic: the "
+        "context alone compressed, the question appended after eviction.",
+        choices=PROTOCOLS,
+    )
     layout: str = setting(
-        "auto", "How kept tokens are stored (restkv.layouts); every layout gives the same outputs.",
-        choices=LAYOUTS, before="auto",
-    )  # fmt: skip
+        "auto",
+        "How kept tokens are stored (restkv.layouts); every layout gives the same outputs.",
+        choices=LAYOUTS,
+        before="auto",
+    )
     decode: str = setting(
-        "auto", "How greedy answers are decoded (every path gives the same tokens).", choices=DECODE_PATHS,
+        "auto",
+        "How greedy answers are decoded (every path gives the same tokens).",
+        choices=DECODE_PATHS,
         identity=False,
-    )  # fmt: skip
+    )
     decode_batch: int | str = setting(
-        "auto", "Prompts decoded together per step: auto (from free GPU memory; 1 on a CPU) or an integer.",
-        check=check_decode_batch, identity=False,
-    )  # fmt: skip
+        "auto",
+        "Prompts decoded together per step: auto (from free GPU memory; 1 on a CPU) or an integer.",
+        check=check_decode_batch,
+        identity=False,
+    )
     limit: int | None = setting(
         None, "Run at most this many samples; null runs everything.", low=1, null="for every sample", identity=False
     )
@@ -147,9 +164,11 @@ class Settings:
         False, "Run the tasks the benchmark can run and record the skip of the others.", identity=False
     )
     on_change: str = setting(
-        "refuse", "When the run folder holds another experiment: refuse | new_folder | adopt.", choices=ON_CHANGE,
+        "refuse",
+        "When the run folder holds another experiment: refuse | new_folder | adopt.",
+        choices=ON_CHANGE,
         identity=False,
-    )  # fmt: skip
+    )
     device: str = setting("auto", "auto, cpu, cuda or cuda:N.", check=check_device_name, identity=False)
     out_dir: str = setting("results", "The folder results go to.", check=check_out_dir, identity=False)
 

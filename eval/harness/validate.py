@@ -27,10 +27,21 @@ from restkv.eval.harness.settings import (
 )
 
 __all__ = [
-    "RUN_KEY_CHECKS", "check_budget", "check_combinations", "check_config", "check_decode_batch",
-    "check_device_name", "check_node", "check_out_dir", "check_run_keys", "check_value", "conforms", "describe",
-    "suggest", "target_class",
-]  # fmt: skip
+    "RUN_KEY_CHECKS",
+    "check_budget",
+    "check_combinations",
+    "check_config",
+    "check_decode_batch",
+    "check_device_name",
+    "check_node",
+    "check_out_dir",
+    "check_run_keys",
+    "check_value",
+    "conforms",
+    "describe",
+    "suggest",
+    "target_class",
+]
 
 
 def target_class(node: dict[str, Any], key: str) -> type:
