@@ -1,7 +1,7 @@
 """R-KV (Cai et al., 2025): keep what the recent tokens attend to, minus what other tokens already repeat.
 
 Built for reasoning traces, where a long answer says the same thing many times: R-KV cuts the cache during
-decoding (``compression.phase=decode``, `restkv.decode_eviction`) and scores every cached token, as its
+decoding (``compression.phase=decode``, `restkv.decoding.eviction`) and scores every cached token, as its
 authors' code does (``Zefan-Cai/R-KV``, ``rkv/compression/r1_kv.py`` and ``rkv/utils.py``):
 
 - importance: the last ``window`` (8) queries' attention over the tokens before them, the logits of a

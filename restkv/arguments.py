@@ -28,7 +28,7 @@ def check_compress_arguments(model: Any, policy: Any, budget: Any, **options: An
         raise TypeError(f"check_compress_arguments does not know {', '.join(unknown)}: add its check here")
     from torch import nn
 
-    from restkv.decode_eviction import DecodeEviction
+    from restkv.decoding.eviction import DecodeEviction
     from restkv.policy import Policy
     from restkv.select import Budget
 
@@ -46,8 +46,8 @@ def check_compress_arguments(model: Any, policy: Any, budget: Any, **options: An
     # quantization: refused by name in `restkv.quantize.enabled_quantization` (with an example of what to pass)
     decode_eviction = options["decode_eviction"]
     if decode_eviction is not None:
-        how = _build_hint("restkv.decode_eviction.DecodeEviction", decode_eviction)
-        what = "a restkv.decode_eviction.DecodeEviction(budget, interval, phase) or None"
+        how = _build_hint("restkv.decoding.eviction.DecodeEviction", decode_eviction)
+        what = "a restkv.decoding.eviction.DecodeEviction(budget, interval, phase) or None"
         check_type(owner, "decode_eviction", decode_eviction, DecodeEviction, what, how)
 
 

@@ -1,6 +1,6 @@
 """Fast paths checked once per signature against the eager path, with a fallback that says so.
 
-The GPU's default paths (the recorded decode step of `restkv.graphs`, the fused varlen kernels of
+The GPU's default paths (the recorded decode step of `restkv.decoding.static_decoder`, the fused varlen kernels of
 `restkv.varlen`, ReST-KV's direct distances of `restkv.scoring`) are tested on CPUs against their
 contracts; a stack no test has seen (another torch, driver or kernel build) may refuse a shape or
 answer differently. So where the user left the choice to the library (``decode=auto``, the ``auto``

@@ -62,7 +62,7 @@ from restkv.cache import (
     support_cache_keyword,
 )
 from restkv.checks import check_choice, check_finite_cache
-from restkv.decode_eviction import DecodeEviction, DecodeEvictor, check_decode_eviction
+from restkv.decoding.eviction import DecodeEviction, DecodeEvictor, check_decode_eviction
 from restkv.devices import synchronize
 from restkv.layouts import LAYOUTS, layer_size, store
 from restkv.models import SUPPORTED_MODELS as SUPPORTED_MODELS  # re-exported
@@ -83,7 +83,7 @@ SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2")
 """Backends eviction runs under (flash_attention_2 is covered by the `gpu`-marked tests; others are refused)."""
 DECODE_KERNELS = ("model", "gemm")
 """``model``: decode steps use the model's attention function (bit-identical to running without
-compression); ``gemm``: on CPU, `restkv.decode.decode_attention` (the same attention, computed as
+compression); ``gemm``: on CPU, `restkv.decoding.cpu_attention.decode_attention` (the same attention, computed as
 two GEMMs per key/value head, which reads the cache at memory bandwidth)."""
 
 support_cache_keyword(SUPPORTED_MODELS)
@@ -345,7 +345,7 @@ class KVCompressor:
             self._end_prefill()
 
     def _decode_step(self, module: nn.Module, kwargs: dict) -> None:
-        """After a decoding step's attention: cut the layer when `restkv.decode_eviction` says it is due."""
+        """After a decoding step's attention: cut the layer when `restkv.decoding.eviction` says it is due."""
         cache = passed_cache(module, kwargs, self._cache_keyword)
         if not isinstance(cache, Cache):
             return

@@ -290,7 +290,7 @@ def layer_size(layer: DynamicLayer) -> LayerSize:
         return LayerSize(0, 0, 0)
     heads, length = keys.shape[1], keys.shape[2]
     row = keys.shape[3] * keys.element_size() + values.shape[3] * values.element_size()
-    if hasattr(layer, "head_tokens"):  # a static-shape layer (restkv.static): full-size buffers, partly filled
+    if hasattr(layer, "head_tokens"):  # a static layer (restkv.decoding.static_layers): full buffers, partly filled
         tokens = layer.head_tokens
         free = heads * length * keys.shape[0] - tokens
         allocated = _nbytes(keys, values)

@@ -3,7 +3,8 @@
     python scripts/check_fast_paths.py --out results/gpu/fast-paths.json   # a GPU: Llama-3.1-8B shape, 4 layers
     python scripts/check_fast_paths.py --dry-run                           # a toy shape on a CPU (the script only)
 
-On CUDA ``decode=auto`` records the decode step (`restkv.graphs`), the ``auto`` varlen kernel is a fused one and
+On CUDA ``decode=auto`` records the decode step (`restkv.decoding.static_decoder`), the ``auto`` varlen kernel is a
+fused one and
 ReST-KV's distances take the direct path; each is checked once per signature against the eager path and falls
 back to it, saying why, where it fails or disagrees (`restkv.fastpath`). Here one random-weight prompt per case
 goes through the harness's own `answer` (and batched rows through `batched_answers`) with ``decode=auto``, for

@@ -13,18 +13,32 @@ import ast
 from pathlib import Path
 from typing import Any
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
 ROOT = Path(__file__).resolve().parents[1]
 API_TREE = ROOT / "build" / "docs-api" / "restkv"
-FOLDERS = {
-    "restkv": "restkv",
-    "baselines": "restkv.baselines",
-    "eval": "restkv.eval",
-    "microtrain": "restkv.microtrain",
-}
-"""Folder of the checkout -> its import name (pyproject.toml's package-dir)."""
-FOLDER_NAMES = ("eval", "baselines", "microtrain")
+
+
+def folders() -> dict[str, str]:
+    """Folder of the checkout -> its import name, as ``pyproject.toml``'s package-dir maps them (the folders that
+    hold Python packages: ``baselines/`` -> ``restkv.baselines``, ...; ``restkv/`` is itself). The one source of
+    the map: the tests read it through this function too."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    mapped = {
+        folder: name for name, folder in setup["package-dir"].items() if (ROOT / folder / "__init__.py").is_file()
+    }
+    return {"restkv": "restkv", **mapped}
+
+
+FOLDERS = folders()
+FOLDER_NAMES = tuple(folder for folder in FOLDERS if folder != "restkv")
+"""The folders installed under another name (never imported as top-level packages)."""
 PAGES = (
     "restkv",
+    "restkv.decoding",
     "restkv.interop",
     "restkv.baselines",
     "restkv.eval.harness",

@@ -2,11 +2,12 @@
 
 What ``eval/run.py`` spends its time on, measured side by side in one process: for each context length,
 policy and decode path (``eager``: the model's own loop; ``graph``: the step recorded once and replayed,
-`restkv.graphs`), the same prompts are prefilled, evicted and answered by the harness's own `answer`. Each
+`restkv.decoding.static_decoder`), the same prompts are prefilled, evicted and answered by the harness's own
+`answer`. Each
 configuration first answers one untimed prompt (warm-up, and the recording for ``graph``). Reported per
 row: mean prefill and decode seconds per sample, samples per hour, decode ms per token and its memory-
 bandwidth bound (the weights plus the evicted cache, over the measured copy bandwidth), and the tokens of
-every path compared with the eager path's. Then batched decoding (``decode_batch``, `restkv.batching`): the same
+every path compared with the eager path's. Then batched decoding (``decode_batch``, `restkv.decoding.rows`): the same
 ``--batch-samples`` prompts answered with 1, 8, 32 ... prompts per decode step, samples per hour over the whole
 pass (prefills, one recording and decoding, wall clock), and whether the answers equal those of batch 1.
 
@@ -50,7 +51,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lengths", type=int, nargs="+", default=[8192, 32768])
     parser.add_argument("--policies", nargs="+", default=["snapkv", "restkv"])
     parser.add_argument("--budget", type=int, default=1024)
-    parser.add_argument("--paths", nargs="+", default=["eager", "graph"], help="decode paths (restkv.graphs)")
+    parser.add_argument("--paths", nargs="+", default=["eager", "graph"], help="decode paths (restkv.choices)")
     parser.add_argument("--samples", type=int, default=2, help="timed prompts per length (one more as warm-up)")
     parser.add_argument("--batches", type=int, nargs="*", default=[1, 8, 32], help="decode_batch sizes to compare")
     parser.add_argument("--batch-lengths", type=int, nargs="*", default=[8192], help="lengths of the batched passes")

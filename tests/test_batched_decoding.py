@@ -1,7 +1,7 @@
 """Many prompts per decode step (``decode_batch``): the same answers as one prompt at a time.
 
 Each prompt is prefilled and evicted alone, then decoded as one row of a static decoder shared with the
-others (`restkv.batching`, `restkv.eval.evaluation.batched`). On a CPU the rows run the recorded step's
+others (`restkv.decoding.rows`, `restkv.eval.evaluation.batched`). On a CPU the rows run the recorded step's
 code eagerly (``exact`` attention per row); their tokens must be those of the eager loop for every policy
 family and layout, both protocols and the four architectures, with rows finishing at different steps.
 """
@@ -19,11 +19,15 @@ import pytest
 import torch
 
 from restkv import compress
+from restkv.eval.evaluation import Fidelity, Generate
 from restkv.eval.evaluation.base import Session
-from restkv.eval.evaluation.batched import batched_answers, resolve_decode_batch
+from restkv.eval.evaluation.batched import batched_answers
 from restkv.eval.evaluation.decoding import answer
 from restkv.eval.evaluation.prompting import PromptTokens
+from restkv.eval.harness.decode_plan import plan_decode
 from restkv.eval.harness.run_folder import PREDICTIONS, TIMING_FIELDS
+from restkv.eval.harness.settings import Settings
+from restkv.quantize import Quantization
 from restkv.registry import get_policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,18 +96,28 @@ def test_each_prompt_keeps_its_own_cache_record_and_time_share(make_model):
 )
 def test_bad_decode_batch_values_are_refused(value, message):
     with pytest.raises(ValueError, match=message):
-        resolve_decode_batch(value, CPU, "auto", None)
+        Settings.of({"decode_batch": value})
+
+
+def rows(value, device=CPU, decode="auto", evaluation=None, quantization=None):
+    """The prompts per decode step the run's decode plan gives (`restkv.eval.harness.decode_plan`)."""
+    run = Settings.of({"decode_batch": value, "decode": decode})
+    policy = get_policy("snapkv", window=8)
+    return plan_decode(run, device, evaluation or Generate(), quantization or Quantization(), policy).rows
 
 
 def test_what_cannot_batch_is_refused_by_name_or_decoded_one_at_a_time():
-    assert resolve_decode_batch("auto", CPU, "auto", None) == 1  # a CPU decodes one prompt at a time by default
-    assert resolve_decode_batch(4, CPU, "auto", None) == 4  # unless asked
-    assert resolve_decode_batch("auto", torch.device("cuda"), "auto", None) == "auto"
-    assert resolve_decode_batch("auto", torch.device("cuda"), "auto", "quantized caches ...") == 1
-    with pytest.raises(ValueError, match=r"decode_batch=4 cannot batch this run: quantized caches"):
-        resolve_decode_batch(4, CPU, "auto", "quantized caches (hqq) have no static form to decode in rows")
+    assert rows("auto") == 1  # a CPU decodes one prompt at a time by default
+    assert rows(4) == 4  # unless asked
+    assert rows("auto", torch.device("cuda")) == "auto"
+    hqq = Quantization(backend="hqq")
+    assert rows("auto", torch.device("cuda"), quantization=hqq) == 1
+    with pytest.raises(ValueError, match=r"decode_batch=4 cannot batch this run: quantized caches \(hqq\)"):
+        rows(4, quantization=hqq)
     with pytest.raises(ValueError, match=r"decode_batch=2 cannot batch this run: decode=eager decodes"):
-        resolve_decode_batch(2, CPU, "eager", None)
+        rows(2, decode="eager")
+    with pytest.raises(ValueError, match=r"decode_batch=2 cannot batch this run: evaluation=fidelity evaluates one"):
+        rows(2, evaluation=Fidelity())
 
 
 def _run(out: Path, *overrides: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""Eviction during decoding (`restkv.decode_eviction`): oracle, bounds, equivalences and refusals.
+"""Eviction during decoding (`restkv.decoding.eviction`): oracle, bounds, equivalences and refusals.
 
 The oracle is computed here from scratch: one forward over prompt + decoded tokens whose attention lets each
 decoded row see, on each layer and key/value head, exactly the positions that layer held when the row was
@@ -14,7 +14,7 @@ from transformers import DynamicCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import compress, get_policy
-from restkv.decode_eviction import DecodeEviction
+from restkv.decoding.eviction import DecodeEviction
 from restkv.quantize import Quantization
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
@@ -128,7 +128,7 @@ def test_decode_eviction_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="interval"):
         DecodeEviction(24, 0)
     with pytest.raises(NotImplementedError, match="gqa='expand'"):
-        from restkv.decode_eviction import check_decode_eviction
+        from restkv.decoding.eviction import check_decode_eviction
 
         check_decode_eviction(get_policy("snapkv", gqa="expand"), DecodeEviction(64, 4), "auto", None)
 

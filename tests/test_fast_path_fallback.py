@@ -16,7 +16,7 @@ import pytest
 import torch
 from test_runner import config, read_lines, settings
 
-import restkv.graphs as graphs
+import restkv.decoding.static_decoder as graphs
 import restkv.scoring as scoring
 import restkv.varlen as varlen
 from restkv import compress

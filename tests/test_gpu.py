@@ -219,8 +219,8 @@ def test_latency_benchmark_on_cuda(tmp_path):
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_a_captured_decode_step_replays_the_eager_steps(arch):
     """The CUDA-graph step over a static-shape cache writes what eager decoding from the same token writes."""
+    from restkv.decoding.static_layers import to_static
     from restkv.eval.latency.timing import decode_static, forward
-    from restkv.static import to_static
 
     model = tiny_model(arch).to(CUDA)
     ids = torch.randint(0, 128, (1, 300), generator=torch.Generator().manual_seed(0)).to(CUDA)
@@ -249,9 +249,9 @@ RECORDED_CASES = [("snapkv", "auto"), ("full", "auto"), ("adakv", "auto"), ("ada
 def test_the_recorded_decode_step_gives_the_eager_logits_and_tokens(arch, policy, layout):
     """``decode=graph`` (the step recorded once and replayed) against the eager loop, in float32: the same greedy
     tokens, and a replayed step's logits equal to the eager step's from the same cache."""
+    from restkv.decoding.static_decoder import decode_static, static_form
     from restkv.eval.evaluation.decoding import answer
     from restkv.eval.evaluation.prompting import PromptTokens
-    from restkv.graphs import decode_static, static_form
 
     model = tiny_model(arch).to(CUDA)
     prompt = PromptTokens(context=[i * 7 % 120 + 3 for i in range(300)], query=[5, 9])
@@ -270,7 +270,7 @@ def test_the_recorded_decode_step_gives_the_eager_logits_and_tokens(arch, policy
             expected = model(input_ids=token, cache=cache, position_ids=position).logits[0, -1].float()
             decoded = decode_static(model, contents, first, len(ids[0]), 2, set(), 1, record=path == "graph")
     assert decoded.forwards == 1
-    from restkv.graphs import _DECODERS
+    from restkv.decoding.static_decoder import _DECODERS
 
     (decoder,) = [d for d in _DECODERS.values() if d.model() is model][-1:]
     torch.testing.assert_close(decoder.logits[0], expected, rtol=1e-4, atol=1e-4)

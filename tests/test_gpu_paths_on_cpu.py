@@ -148,9 +148,9 @@ def test_flash_attention_3_is_refused_as_untested():
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_a_static_shape_cache_decodes_as_the_dynamic_one(make_model, arch, attn):
+    from restkv.decoding.static_layers import StaticLayer, to_static
     from restkv.eval.latency.timing import decode, decode_static, forward
     from restkv.layouts import layer_size
-    from restkv.static import StaticLayer, to_static
 
     model = make_model(arch, attn=attn)
     ids = torch.randint(0, 128, (1, 300), generator=torch.Generator().manual_seed(0))
@@ -177,7 +177,7 @@ def test_a_static_shape_cache_decodes_as_the_dynamic_one(make_model, arch, attn)
 
 
 def test_a_static_layer_refuses_a_prefill():
-    from restkv.static import StaticLayer
+    from restkv.decoding.static_layers import StaticLayer
 
     layer = StaticLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), spare=2)
     with pytest.raises(NotImplementedError, match="a static layer decodes one token a step; got 3"), attention_reader():
@@ -192,7 +192,7 @@ def test_a_device_map_that_spills_off_the_gpus_is_refused(make_model):
 
 
 def test_a_static_layer_is_read_only_by_restkv_attention(make_model):
-    from restkv.static import StaticLayer, to_static
+    from restkv.decoding.static_layers import StaticLayer, to_static
 
     layer = StaticLayer(torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), spare=2)
     with pytest.raises(RuntimeError, match="only restkv's attention"):
@@ -205,8 +205,8 @@ def test_a_static_layer_is_read_only_by_restkv_attention(make_model):
 
 
 def test_static_decoding_leaves_the_host_count_right(make_model):
+    from restkv.decoding.static_layers import to_static
     from restkv.eval.latency.timing import decode_static, forward
-    from restkv.static import to_static
 
     model = make_model("llama")
     with compress(model, get_policy("snapkv"), 64), torch.no_grad():

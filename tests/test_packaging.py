@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,13 +18,23 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
+def _folders() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location("docs_api_pages", ROOT / "scripts" / "docs_api_pages.py")
+    assert spec is not None and spec.loader is not None
+    pages = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pages)
+    return pages.FOLDERS
+
+
+FOLDERS = _folders()
+"""Folder of the checkout -> its import name, from pyproject.toml (the docs script is its one reader)."""
+
+
 def test_every_package_of_the_tree_is_listed() -> None:
-    names = {
-        "restkv": "restkv",
-        "baselines": "restkv.baselines",
-        "eval": "restkv.eval",
-        "microtrain": "restkv.microtrain",
-    }
+    names = FOLDERS  # read from pyproject.toml's package-dir (scripts/docs_api_pages.py)
+    assert len(names) > 1 and all(
+        name.split(".")[0] == "restkv" and (ROOT / folder / "__init__.py").is_file() for folder, name in names.items()
+    )
     found = {
         ".".join((name, *init.parent.relative_to(ROOT / top).parts))
         for top, name in names.items()

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from restkv import get_policy
 from restkv.allocation import HeadSelection
 from restkv.baselines import RKV, DefensiveKV
-from restkv.decode_eviction import DecodeEviction, DecodeEvictor
+from restkv.decoding.eviction import DecodeEviction, DecodeEvictor
 from restkv.policy import LayerInputs
 from restkv.select import Budget, gather_positions
 

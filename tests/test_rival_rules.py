@@ -13,7 +13,7 @@ from restkv import get_policy
 from restkv.allocation import shared_past_tokens, window_ranked_selection
 from restkv.baselines import RKV, DefensiveKV
 from restkv.baselines.rkv import rkv_redundancy
-from restkv.decode_eviction import DecodeEviction, DecodeEvictor
+from restkv.decoding.eviction import DecodeEviction, DecodeEvictor
 from restkv.policy import LayerInputs
 from restkv.select import Budget
 
@@ -135,7 +135,9 @@ def test_the_rkv_authors_preset_runs_their_loop_over_their_budgets() -> None:
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from restkv.eval.harness.compression import decode_eviction_of
+    from restkv.eval.evaluation import Generate
+    from restkv.eval.harness.decode_plan import plan_decode
+    from restkv.eval.harness.settings import Settings
     from restkv.eval.run import CONFIGS
     from restkv.quantize import Quantization
 
@@ -146,7 +148,8 @@ def test_the_rkv_authors_preset_runs_their_loop_over_their_budgets() -> None:
     plain = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     policy = instantiate(cfg.policy, _convert_="all")
     assert (policy.window, policy.kernel, policy.mix_lambda, policy.cache_order) == (8, 7, 0.07, "score")
-    eviction = decode_eviction_of(plain, policy, Quantization())
+    run = Settings.of(OmegaConf.to_container(plain, resolve=True))
+    eviction = plan_decode(run, torch.device("cpu"), Generate(), Quantization(), policy).eviction
     assert eviction == DecodeEviction(128, 128, "both", "length") and plain.budget == 128
 
 

@@ -1,4 +1,4 @@
-"""The decode step a GPU records and replays (`restkv.graphs`), run eagerly on a CPU.
+"""The decode step a GPU records and replays (`restkv.decoding.static_decoder`), run eagerly on a CPU.
 
 ``decode=static`` runs exactly the step function a CUDA graph records (static-shape layers, tokens,
 positions, the stop flag and the write index on the device, decoders kept per signature), with the
@@ -14,14 +14,14 @@ import torch
 from conftest import attention_reader
 from transformers import DynamicCache
 
+import restkv.decoding.static_decoder as graphs
 import restkv.eval.evaluation.decoding as decoding
-import restkv.graphs as graphs
 from restkv import compress
+from restkv.decoding.static_layers import StaticLayer, flash_static_attention, masked_static_attention, static_layer
 from restkv.eval.evaluation.decoding import answer, check_decode
 from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.quantize import Quantization
 from restkv.registry import get_policy
-from restkv.static import StaticLayer, flash_static_attention, masked_static_attention, static_layer
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 PROMPT = PromptTokens(context=[i * 7 % 120 + 3 for i in range(220)], query=[7, 9, 11, 13])

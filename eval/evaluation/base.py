@@ -37,7 +37,7 @@ class Session:
     protocol: str
     eos_ids: set[int]
     decode: str = "eager"
-    """How greedy answers are decoded (`restkv.graphs.DECODE_PATHS`); every path gives the same tokens."""
+    """How greedy answers are decoded (`restkv.choices.DECODE_PATHS`); every path gives the same tokens."""
 
 
 class Evaluation(Protocol):

@@ -1,5 +1,5 @@
 """Greedy answers for many prompts per decode step (``decode_batch``): each prompt is prefilled and evicted alone,
-then decoded as one row of a static decoder shared with the others (`restkv.batching`).
+then decoded as one row of a static decoder shared with the others (`restkv.decoding.rows`).
 
 Answers come back in the order the prompts went in, whatever order their rows finish in, so a batched run
 writes the records of an unbatched one (timing fields, the decode path and the batch size aside). A prompt's
@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from restkv import graphs
-from restkv.batching import BatchedDecoding, Finished
+from restkv.decoding import static_decoder
+from restkv.decoding.rows import BatchedDecoding, Finished
+from restkv.decoding.static_decoder import static_form
 from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.base import Session
 from restkv.eval.evaluation.decoding import (
@@ -33,26 +34,7 @@ from restkv.eval.evaluation.decoding import (
 )
 from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.fastpath import CHECKS, Verdict, describe, with_fallbacks
-from restkv.graphs import static_form
 from restkv.worksizes import gpu_free_bytes
-
-
-def resolve_decode_batch(value: Any, device: torch.device, decode: str, batchable: str | None) -> int | str:
-    """``decode_batch`` as the run uses it: an integer, or ``auto`` (rows chosen from free GPU memory).
-
-    ``auto`` is 1 on a CPU and wherever the run cannot batch; ``batchable`` is None when it can, else why not
-    (the evaluation, quantized storage). An explicit value above 1 where the run cannot batch is refused with
-    that reason, before any work.
-    """
-    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"decode_batch={value!r} is not allowed; use auto or an integer >= 1 (1: one prompt a step)")
-    eager = "decode=eager decodes with the model's own loop, one prompt at a time" if decode == "eager" else None
-    reason = batchable or eager
-    if value == "auto":
-        return 1 if device.type != "cuda" or reason else "auto"
-    if value > 1 and reason:
-        raise ValueError(f"decode_batch={value} cannot batch this run: {reason}; use decode_batch=1 (or auto)")
-    return value
 
 
 @dataclass
@@ -78,7 +60,7 @@ def batched_answers(
     that would build a decoder of that signature with the eager loop, the reason in their records."""
     model, compressor = session.model, session.compressor
     device = model.device
-    record = device.type in graphs.RECORDING_DEVICES and session.decode in ("auto", "graph")
+    record = device.type in static_decoder.RECORDING_DEVICES and session.decode in ("auto", "graph")
     batch = BatchedDecoding(
         model, rows, max(m for _, _, m in work), session.eos_ids,
         STOP_CHECK_STEPS.get(device.type, DEFAULT_STOP_CHECK_STEPS), record, lambda: gpu_free_bytes(device),

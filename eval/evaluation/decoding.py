@@ -10,12 +10,20 @@ from typing import Any
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from restkv import graphs
 from restkv.choices import PROTOCOLS as PROTOCOLS  # re-exported
+from restkv.decoding import static_decoder
+from restkv.decoding.static_decoder import (
+    DECODE_PATHS,
+    STEPS_STEP,
+    decode_static,
+    forget,
+    round_up,
+    signature,
+    static_form,
+)
 from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.fastpath import CHECKS
-from restkv.graphs import DECODE_PATHS, STEPS_STEP, decode_static, forget, round_up, signature, static_form
 from restkv.integrate import KVCompressor
 
 STOP_CHECK_STEPS = {"cpu": 1}
@@ -37,14 +45,14 @@ class Answer:
     """Decode forwards run (``decode_seconds`` is their time): one per answer token after the first
     (the prefill gives the first), plus those run past an EOS before the host looked (`STOP_CHECK_STEPS`)."""
     decode_path: str = "eager"
-    """How the tokens were decoded (`restkv.graphs.DECODE_PATHS`): ``eager``, ``static`` or ``graph``."""
+    """How the tokens were decoded (`restkv.choices.DECODE_PATHS`): ``eager``, ``static`` or ``graph``."""
 
 
 def check_decode(decode: str, device: torch.device) -> None:
     """Refuse, before any work, a decode path that cannot run here (naming the setting)."""
     if decode not in DECODE_PATHS:
         raise ValueError(f"decode={decode!r} is not allowed; choose one of: {', '.join(DECODE_PATHS)}")
-    if decode == "graph" and device.type not in graphs.RECORDING_DEVICES:
+    if decode == "graph" and device.type not in static_decoder.RECORDING_DEVICES:
         raise ValueError(
             f"decode=graph records the decode step as a CUDA graph; this run's device is {device.type!r}: run on a "
             "GPU (device=cuda), or use decode=static (the same step, run eagerly) or decode=auto"
@@ -56,7 +64,7 @@ def _path(decode: str, cache: DynamicCache, device: torch.device) -> tuple[str, 
 
     ``auto`` records on CUDA where every layer has a static form, else decodes eagerly; ``static`` and
     ``graph`` refuse a cache without one (quantized layers), naming the way out."""
-    if decode == "eager" or (decode == "auto" and device.type not in graphs.RECORDING_DEVICES):
+    if decode == "eager" or (decode == "auto" and device.type not in static_decoder.RECORDING_DEVICES):
         return "eager", None
     try:
         contents = static_form(cache)
@@ -120,8 +128,8 @@ def answer(
 
     Decoding keeps its tokens and positions on the model's device and reads the stop flag every
     `STOP_CHECK_STEPS` steps; every device the model uses is synchronised around each timer. ``decode``
-    (`restkv.graphs.DECODE_PATHS`) picks the model's own loop or the static step (recorded on CUDA); every
-    path gives the eager loop's tokens.
+    (`restkv.choices.DECODE_PATHS`) picks the model's own loop or the static step (recorded on CUDA); every path
+    gives the eager loop's tokens.
     """
     devices = model_devices(model)
     cache, logits, kept_tokens, prefill_seconds = timed_prefill(model, prompt, protocol, compressor, max_new_tokens)

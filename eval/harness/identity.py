@@ -33,10 +33,13 @@ from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
 from typing import Any
 
+from restkv.eval.harness import settings
+
 IDENTITY = "identity.json"
-NOT_IDENTITY = ("out_dir", "limit", "device", "allow_skips", "on_change", "hydra", "logger", "decode", "decode_batch")
-"""Top-level config keys that do not change any prediction (``logger``: where finished runs are also logged;
-``decode`` and ``decode_batch``: how greedy tokens are computed, every way giving the same ones)."""
+NOT_IDENTITY = (*settings.NOT_IDENTITY, "hydra", "logger")
+"""Top-level config keys that do not change any prediction: the run-level settings declared so
+(`restkv.eval.harness.settings`: where results go, how many samples, the device, how greedy tokens are computed,
+every way giving the same ones...), Hydra's own keys and ``logger`` (where finished runs are also logged)."""
 
 
 class IdentityMismatch(RuntimeError):

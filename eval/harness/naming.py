@@ -4,24 +4,15 @@ which says where each job would write."""
 
 from __future__ import annotations
 
-NAMING_KEYS = {
-    "bench",
-    "model",
-    "policy",
-    "budget",
-    "out_dir",
-    "limit",
-    "device",
-    "model.device_map",
-    "experiment",
-    "allow_skips",
-    "on_change",
-    "logger",
-    "decode",
-    "decode_batch",
-}
-"""Override keys already in the folder's name, or that change no prediction; ``logger.*`` and ``hydra.*``
-(launchers included) are left out too."""
+from restkv.eval.harness.settings import IN_NAME, NOT_IDENTITY
+
+NAMING_GROUPS = ("bench", "model", "policy", "experiment", "logger", "model.device_map")
+"""Config choices already in the folder's name (bench, model, policy; an experiment's through its overrides'), or
+that change no prediction (the logger, where the model's layers are placed)."""
+NAMING_KEYS = {*NAMING_GROUPS, *IN_NAME, *NOT_IDENTITY}
+"""Override keys already in the folder's name, or that change no prediction (the run-level settings outside a
+run's identity, `restkv.eval.harness.settings`); ``logger.*`` and ``hydra.*`` (launchers included) are left out
+too."""
 NOT_NAMING_PREFIXES = ("hydra.", "logger.")
 
 

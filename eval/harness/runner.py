@@ -15,15 +15,12 @@ from tqdm import tqdm
 
 import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes and resolvers, wherever the run composes)
 from restkv import Budget, compress
-from restkv.decode_eviction import DecodeEviction
 from restkv.devices import pick_device
 from restkv.eval.benchmarks.reads import recording
 from restkv.eval.benchmarks.sample import Sample
 from restkv.eval.evaluation import Evaluation, Session
-from restkv.eval.evaluation.batched import resolve_decode_batch
-from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
-from restkv.eval.harness.compression import decode_eviction_of
+from restkv.eval.harness.decode_plan import DecodePlan, plan_decode
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import (
     PredictionLog,
@@ -34,6 +31,7 @@ from restkv.eval.harness.run_folder import (
     summarize,
     write_metrics,
 )
+from restkv.eval.harness.settings import Settings, added_settings
 from restkv.eval.harness.validate import check_config
 from restkv.eval.models.fingerprint import input_digests, weights_fingerprint
 from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer, local_config
@@ -83,29 +81,28 @@ class Plan:
     skipped: dict[str, str]
     identity: dict[str, Any]
     folder: Path
+    settings: Settings = field(default_factory=Settings)
+    """The run-level settings, checked (`restkv.eval.harness.settings`): what the run reads after the plan."""
     quantization: Quantization = field(default_factory=Quantization)
-    decode_batch: int | str = 1
-    """Prompts per decode step (``auto``: as many as free GPU memory holds); 1 decodes one prompt at a time."""
-    decode_eviction: DecodeEviction | None = None
-    """Eviction during decoding (``compression.phase=decode|both``), None for the paper's prefill-only eviction."""
+    decode: DecodePlan = field(default_factory=DecodePlan)
+    """How the run decodes (`restkv.eval.harness.decode_plan`): the path, prompts per step, decode-time eviction."""
 
 
 def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     """Check every setting, build the parts and the samples; raise before any folder exists."""
     values = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(values, dict)
-    check_config(values)
+    run = check_config(values)
     quantization = quantization_of(values.get("quantization", {}))
     spec = model_spec(cfg.model)
     check_model(spec)
-    device = pick_device(cfg.device)
-    check_decode(cfg.get("decode", "auto"), device)
+    device = pick_device(run.device)
     check_attention_backend(spec, device.type)
     check_device_map(spec.device_map, device)
-    budget = Budget(cfg.budget)
+    budget = Budget(run.budget)
     policy = instantiate(cfg.policy, _convert_="all")
     model_config = local_config(spec)
-    check_storage(policy, cfg.get("layout", "auto"), quantization, model_config)
+    check_storage(policy, run.layout, quantization, model_config)
     if model_config is not None:
         policy.check_model(model_config)
     policy.check_budget(budget)
@@ -113,12 +110,13 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     if hasattr(benchmark, "check_data"):
         benchmark.check_data()  # task files missing where the hub cannot supply them: before the tokenizer loads
     evaluation: Evaluation = instantiate(cfg.evaluation, _convert_="all")
+    decode = plan_decode(run, device, evaluation, quantization, policy)
     tokenizer = load_tokenizer(spec)
     with recording() as read:  # every data file the benchmark reads belongs to the run's identity
         samples = list(benchmark.load_samples(tokenizer))
     available = len(samples)
-    if cfg.limit is not None:
-        samples = samples[: cfg.limit]
+    if run.limit is not None:
+        samples = samples[: run.limit]
     skipped = dict(getattr(benchmark, "skipped", {}))  # optional: see restkv.eval.benchmarks.base.Benchmark
     if not samples:
         why = f"; skipped: {_listed(skipped)}" if skipped else " (check bench.tasks and the benchmark's data files)"
@@ -126,7 +124,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     check_samples = getattr(evaluation, "check_samples", None)  # optional: what the strategy needs of each sample
     if check_samples is not None:
         check_samples(benchmark, samples)
-    if skipped and not cfg.get("allow_skips", False):
+    if skipped and not run.allow_skips:
         raise SkippedWork(
             f"bench={settings.bench} cannot run every task ({_listed(skipped)}). Nothing was run. Provide "
             f"the data, drop the task from bench.tasks, or pass allow_skips=true to run the other "
@@ -134,25 +132,8 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
         )
     folder = folder_of(settings, budget)
     identity = run_identity(values, weights_fingerprint(spec), input_digests([*read, *policy.input_files()]))
-    eviction = decode_eviction_of(cfg, policy, quantization)
-    unbatchable = "decode-time eviction decodes one prompt at a time" if eviction else None
-    batch = resolve_decode_batch(
-        cfg.get("decode_batch", "auto"),
-        device,
-        cfg.get("decode", "auto"),
-        unbatchable or why_unbatchable(evaluation, quantization),
-    )
     parts = (spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
-    return Plan(*parts, quantization=quantization, decode_batch=batch, decode_eviction=eviction)
-
-
-def why_unbatchable(evaluation: Evaluation, quantization: Quantization) -> str | None:
-    """Why this run's samples cannot share decode steps, or None when they can."""
-    if not hasattr(evaluation, "evaluate_many"):
-        return f"evaluation={type(evaluation).__name__.lower()} evaluates one prompt at a time"
-    if quantization.enabled:
-        return f"quantized caches ({quantization.backend}) have no static form to decode in rows"
-    return None
+    return Plan(*parts, settings=run, quantization=quantization, decode=decode)
 
 
 def folder_of(settings: RunSettings, budget: Budget) -> Path:
@@ -202,7 +183,7 @@ def record_for(sample: Sample, prompt: Any, outcome: dict[str, Any]) -> dict[str
     }
 
 
-def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str) -> None:
+def evaluate_missing(plan: Plan, log: PredictionLog, title: str) -> None:
     """Evaluate the samples not yet in ``log``, appending each record as it finishes."""
     todo = [s for s in plan.samples if not log.done(s.id)]
     if len(todo) < len(plan.samples):
@@ -213,20 +194,18 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
     model = load_model(spec, plan.device)
     eos = eos_token_ids(model, plan.tokenizer)
     bar = tqdm(total=len(todo), desc=title, unit="sample", dynamic_ncols=True)
-    layout = cfg.get("layout", "auto")
     with (
         bar,  # closed before any message about a stop is printed
         compress(
             model,
             plan.policy,
             plan.budget,
-            layout=layout,
+            layout=plan.settings.layout,
             quantization=plan.quantization,
-            decode_eviction=plan.decode_eviction,
+            decode_eviction=plan.decode.eviction,
         ) as compressor,
     ):
-        decode = "eager" if plan.decode_eviction else cfg.get("decode", "auto")  # the cache shrinks: the model's loop
-        session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos, decode)
+        session = Session(model, plan.tokenizer, compressor, plan.settings.protocol, eos, plan.decode.path)
         for sample, prompt, outcome in outcomes(plan, session, todo, lambda: cache_size(compressor)):
             log.append(record_for(sample, prompt, outcome))
             bar.update(1)
@@ -237,17 +216,17 @@ def outcomes(
     plan: Plan, session: Session, todo: list[Sample], snapshot: Callable[[], dict[str, Any]]
 ) -> Iterator[tuple[Sample, Any, dict[str, Any]]]:
     """Each sample's outcome, in order, with the cache it kept (``snapshot()`` after its prefill) and the batch it
-    was decoded in: one at a time, or ``plan.decode_batch`` prompts per decode step."""
+    was decoded in: one at a time, or ``plan.decode.rows`` prompts per decode step."""
     spec = plan.spec
     prompts = ((s, tokenize(s, plan.tokenizer, spec.chat_template, spec.max_context)) for s in todo)
-    if plan.decode_batch == 1:
+    if plan.decode.rows == 1:
         for sample, prompt in prompts:
             CHECKS.drain()  # what a fast path's check decides from here on is this sample's
             outcome = plan.evaluation.evaluate(plan.benchmark, session, sample, prompt)
             yield sample, prompt, with_fallbacks({**outcome, **snapshot(), "decode_batch": 1}, CHECKS.drain())
         return
     evaluate_many = plan.evaluation.evaluate_many  # type: ignore[attr-defined]
-    yield from evaluate_many(plan.benchmark, session, list(prompts), plan.decode_batch, snapshot)
+    yield from evaluate_many(plan.benchmark, session, list(prompts), plan.decode.rows, snapshot)
 
 
 def cache_summary(records: list[dict[str, Any]], layout: str, quantization: Quantization) -> dict[str, Any]:
@@ -272,7 +251,7 @@ def folder_records(plan: Plan, log: PredictionLog) -> list[dict[str, Any]]:
     return ordered + [record for key, record in log.records.items() if key not in known]
 
 
-def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: DictConfig, settings: RunSettings):
+def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, settings: RunSettings):
     """``metrics.json``'s content: scores, what ran and what was skipped, benchmark and strategy extras."""
     task_order = list(dict.fromkeys([*(s.task for s in plan.samples), *(str(r["task"]) for r in records)]))
     summary = summarize(records, task_order)
@@ -281,11 +260,11 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         model=settings.model,
         policy=settings.policy,
         budget=str(plan.budget),
-        protocol=cfg.protocol,
-        ran={"tasks": task_order, "samples": len(records), "limit": cfg.limit},
+        protocol=plan.settings.protocol,
+        ran={"tasks": task_order, "samples": len(records), "limit": plan.settings.limit},
         skipped=plan.skipped,
-        cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
-        decode=decode_summary(records, cfg.get("decode", "auto"), plan.decode_batch),
+        cache=cache_summary(records, plan.settings.layout, plan.quantization),
+        decode=decode_summary(records, plan.settings.decode, plan.decode.rows),
     )
     extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
     if extra is not None:
@@ -309,12 +288,9 @@ def decode_summary(records: list[dict[str, Any]], setting: str, batch: int | str
     }
 
 
-ADDED_SETTINGS = {
-    "layout": "auto",
-    "quantization": asdict(Quantization()),
-    "compression": {"phase": "prefill", "decode_budget": None, "decode_interval": 32, "decode_schedule": "interval"},
-}
-"""Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
+ADDED_SETTINGS = {**added_settings(), "quantization": asdict(Quantization())}
+"""Top-level settings added after run folders existed, at the value that reproduces what ran before them: the
+run-level settings' (declared with them, `restkv.eval.harness.settings`) and the ``quantization`` group's."""
 
 
 def added_defaults(policy: str, identity: dict[str, Any]) -> dict[tuple, Any]:
@@ -355,7 +331,7 @@ def run_benchmark(
     ``on_finished(folder, summary)`` runs once ``metrics.json`` is written, while the folder is still
     locked (``restkv.eval.harness.tracking``: a tracker copying the finished run)."""
     plan = plan_run(cfg, settings)
-    on_change = cfg.get("on_change", "refuse")
+    on_change = plan.settings.on_change
     defaults = added_defaults(settings.policy, plan.identity)
     note_unhashed_inputs(plan.folder)
     notes = plan.spec.notes_for(settings.bench)  # what this model's scores on this benchmark mean
@@ -367,7 +343,7 @@ def run_benchmark(
         (folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         with PredictionLog(folder) as log:
             try:
-                evaluate_missing(plan, log, cfg, f"{settings.bench}/{settings.policy}@{plan.budget}")
+                evaluate_missing(plan, log, f"{settings.bench}/{settings.policy}@{plan.budget}")
             except KeyboardInterrupt:
                 saved = sum(log.done(sample.id) for sample in plan.samples)
                 raise Interrupted(
@@ -375,7 +351,7 @@ def run_benchmark(
                     "again to resume"
                 ) from None
             records = folder_records(plan, log)
-        summary = summary_of(plan, records, folder, cfg, settings)
+        summary = summary_of(plan, records, folder, settings)
         if notes:
             summary["notes"] = notes
         write_metrics(folder, summary)
@@ -386,7 +362,7 @@ def run_benchmark(
     print(f"results: {folder}")
     if len(records) > len(plan.samples):
         print(
-            f"note: limit={cfg.limit} ran the first {len(plan.samples)} samples; metrics.json covers all "
+            f"note: limit={plan.settings.limit} ran the first {len(plan.samples)} samples; metrics.json covers all "
             f"{len(records)} samples this folder holds"
         )
     if plan.skipped:

@@ -3,7 +3,8 @@ what total speed.
 
 For each context, policy and budget (the full cache; fractions of the context; token budgets) one prompt is
 prefilled and evicted (timed: the time to first token), its evicted cache becomes a row of the static decoder
-that batched decoding uses (`restkv.batching`, `restkv.graphs.StaticDecoder`), and the number of rows is grown
+that batched decoding uses (`restkv.decoding.rows`, `restkv.decoding.static_decoder.StaticDecoder`), and the
+number of rows is grown
 (1, 2, 4, ... then bisected) until memory runs out. At the largest batch that fits, every row holds that
 prompt's cache (the same bytes and work as as many distinct prompts of that length) and the step runs
 ``warmup`` then ``repeats`` windows of ``decode_tokens`` steps, recorded as a CUDA graph on CUDA: total
@@ -32,7 +33,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from restkv.batching import row_bytes
+from restkv.decoding.rows import row_bytes
+from restkv.decoding.static_decoder import StaticDecoder, capacity, round_up, static_form
 from restkv.devices import model_devices, synchronize
 from restkv.eval.harness.config_tree import configured_policy
 from restkv.eval.latency.bounds import GB, measure_bandwidth
@@ -40,7 +42,6 @@ from restkv.eval.latency.jobs import build_model
 from restkv.eval.latency.modeling import cache_token_bytes, parameter_bytes_read
 from restkv.eval.latency.settings import Settings
 from restkv.eval.latency.timing import compressor_for, prefill, prompt_ids
-from restkv.graphs import StaticDecoder, capacity, round_up, static_form
 
 FULL = "full"
 SIMULATED = (

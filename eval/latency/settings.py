@@ -19,7 +19,7 @@ from restkv.integrate import DECODE_KERNELS, SUPPORTED_ATTENTION
 CACHES = ("dynamic", "preallocated")
 DECODE_CACHES = (*CACHES, "varlen", "masked", "static")
 """Decode cache kinds: the two uniform ones, the head-wise layouts (`restkv.eval.latency.headwise`), and a
-static-shape one whose step is captured once and replayed as a CUDA graph on GPUs (`restkv.static`)."""
+static-shape one whose step is captured once and replayed as a CUDA graph on GPUs (`restkv.decoding.static_layers`)."""
 MASKED_CACHES = ("masked", "static")
 """Kinds read with a per-slot mask, which flash-attention does not take."""
 FILLS = ("synthetic", "prefill")

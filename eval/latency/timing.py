@@ -15,12 +15,12 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from restkv.baselines.full_cache import FullCache
+from restkv.decoding.static_layers import to_static
 from restkv.devices import model_devices, synchronize
 from restkv.eval.latency.headwise import HEADWISE, attention_ms
 from restkv.eval.latency.modeling import cache_bytes, synthetic_cache
 from restkv.integrate import KVCompressor
 from restkv.policy import Policy
-from restkv.static import to_static
 
 FULL = "full"
 STATIC = "static"
@@ -112,7 +112,7 @@ def decode(model: PreTrainedModel, cache: DynamicCache, position: int, warmup: i
 
 @torch.no_grad()
 def decode_static(model: PreTrainedModel, cache: DynamicCache, position: int, warmup: int, steps: int) -> list[float]:
-    """As `decode`, over a static-shape cache (`restkv.static.to_static`); on CUDA the step is a CUDA graph.
+    """As `decode`, over a static-shape cache (`restkv.decoding.static_layers.to_static`); on CUDA a CUDA graph.
 
     One step (forward, argmax, next token and position written in place) is recorded after the
     warm-up steps and replayed: one launch per step instead of one per kernel. On a CPU the same

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from restkv.checks import check_choice, check_number
-from restkv.choices import DECODE_SCHEDULES, PHASES
+from restkv.choices import DECODE_INTERVAL, DECODE_SCHEDULES, PHASES
 from restkv.select import Budget
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class DecodeEviction:
     ``cut_schedule``: when a cut is due (`DECODE_SCHEDULES`)."""
 
     budget: int
-    interval: int = 32
+    interval: int = DECODE_INTERVAL
     phase: str = "both"
     cut_schedule: str = "interval"
 

@@ -1,13 +1,13 @@
 """Many prompts per decode step: the rows of a static decoder, filled as prompts come and refilled as they finish.
 
-A decode step of an 8B model reads its ~15 GB of weights whatever the batch; after eviction each prompt adds
-only its kept tokens. So after each prompt is prefilled and evicted on its own, its cache becomes one row of a
-`restkv.graphs.StaticDecoder` and the rows are decoded together, each with its own positions, write index, EOS
-flag and answer length. Rows of different lengths (a full cache, a head-wise allocation, a fractional budget)
-share the buffers: each (row, head) has its own filled length, read through it by the static attention. The
-host looks at the rows every ``check_every`` steps: a row whose answer is complete (an EOS has come, or its
-``max_new_tokens``) is handed back and its slot takes the next prompt; a finished row left without a successor
-keeps computing (masked work, its writes kept in bounds) until the others finish. On CUDA the step of the
+A decode step of an 8B model reads its ~15 GB of weights whatever the batch; after eviction each prompt adds only
+its kept tokens. So after each prompt is prefilled and evicted on its own, its cache becomes one row of a
+`restkv.decoding.static_decoder.StaticDecoder` and the rows are decoded together, each with its own positions,
+write index, EOS flag and answer length. Rows of different lengths (a full cache, a head-wise allocation, a
+fractional budget) share the buffers: each (row, head) has its own filled length, read through it by the static
+attention. The host looks at the rows every ``check_every`` steps: a row whose answer is complete (an EOS has come,
+or its ``max_new_tokens``) is handed back and its slot takes the next prompt; a finished row left without a
+successor keeps computing (masked work, its writes kept in bounds) until the others finish. On CUDA the step of the
 whole batch is recorded once and replayed.
 
 Tokens are those of each prompt decoded alone (the answer is cut at its first EOS and at its own length);
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
+from restkv.decoding.static_decoder import StaticDecoder, capacity, round_up
 from restkv.devices import model_devices, synchronize
-from restkv.graphs import StaticDecoder, capacity, round_up
 
 MAX_ROWS = 64
 """The most rows ``rows='auto'`` chooses."""

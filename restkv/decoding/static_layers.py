@@ -4,7 +4,7 @@ Every tensor a decode step touches keeps its shape and address: keys and values 
 ``[b, heads, capacity, d]``; how many tokens each (row, head) holds is a device tensor ``lengths``;
 a step writes its token at that index and advances it in place; attention reads the filled slots
 only through those lengths. No step reads a value back to the host, so the step's kernels can be
-recorded once (`torch.cuda.CUDAGraph`, `restkv.graphs`) and replayed with one launch, which takes
+recorded once (`torch.cuda.CUDAGraph`, `restkv.decoding.static_decoder`) and replayed with one launch, which takes
 the host's per-kernel launch time out of the step.
 
 Every layout converts (`static_layer`): a dense layer (compressed or the full cache) keeps one
@@ -48,7 +48,8 @@ STATIC_KERNELS = ("auto", "exact", "masked", "flash")
 class StaticLayer(DynamicLayer):
     """``keys``/``values`` ``[rows, h, capacity, d]``; ``lengths`` ``[rows, h]`` (device): each head's filled slots.
 
-    Each row holds one prompt (a batch decodes several, `restkv.graphs`); ``visible`` (optional, boolean
+    Each row holds one prompt (a batch decodes several, `restkv.decoding.static_decoder`); ``visible`` (optional,
+    boolean
     ``[rows, mask_heads, capacity]``) hides evicted positions of a masked layout; ``repeat`` repeats incoming
     key/value heads to the stored ones (``gqa='expand'``). ``kernel`` is the attention that reads it
     (`STATIC_KERNELS`; the decoder sets it). A row that goes on decoding past its capacity (a finished row of a

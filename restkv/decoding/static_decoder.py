@@ -1,6 +1,6 @@
 """Greedy decoding through a step recorded once and replayed: no host work per token on a GPU.
 
-After prefill (and eviction) the cache moves into static-shape layers (`restkv.static`) held by a
+After prefill (and eviction) the cache moves into static-shape layers (`restkv.decoding.static_layers`) held by a
 `StaticDecoder`; one step (the forward of the current token, its argmax written at the step's index
 of a device buffer, "has an EOS come?" folded into a device flag, the position advanced) touches
 only tensors of fixed shape and address. On CUDA that step is recorded once as a CUDA graph and
@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from restkv.choices import DECODE_PATHS as DECODE_PATHS  # re-exported: the paths this module implements
-from restkv.static import StaticLayer, static_contents
+from restkv.decoding.static_layers import StaticLayer, static_contents
 
 CAPACITY_STEP = 256
 """Static buffers hold a multiple of this many slots per head (prompts of nearby lengths share a decoder)."""
@@ -204,7 +204,8 @@ def forget(model: PreTrainedModel, contents: list[dict[str, Any]], max_new_token
 
 
 def static_form(cache: DynamicCache) -> list[dict[str, Any]]:
-    """Every layer's static contents (`restkv.static.static_contents`); NotImplementedError for a cache without one."""
+    """Every layer's static contents (`restkv.decoding.static_layers.static_contents`); NotImplementedError for a
+    cache without one."""
     return [static_contents(layer) for layer in cache.layers]
 
 
