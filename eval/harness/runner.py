@@ -17,8 +17,8 @@ import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes an
 from restkv import Budget, compress
 from restkv.decode_eviction import DecodeEviction
 from restkv.devices import pick_device
-from restkv.eval.benchmarks.reads import recording
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.reads import recording
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.evaluation import Evaluation, Session
 from restkv.eval.evaluation.batched import resolve_decode_batch
 from restkv.eval.evaluation.decoding import check_decode
@@ -119,7 +119,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     available = len(samples)
     if cfg.limit is not None:
         samples = samples[: cfg.limit]
-    skipped = dict(getattr(benchmark, "skipped", {}))  # optional: see restkv.eval.benchmarks.base.Benchmark
+    skipped = dict(getattr(benchmark, "skipped", {}))  # optional: see restkv.eval.benchmarks.contract.base.Benchmark
     if not samples:
         why = f"; skipped: {_listed(skipped)}" if skipped else " (check bench.tasks and the benchmark's data files)"
         raise EmptyRun(f"bench={settings.bench} gives no sample to run{why}")
@@ -287,7 +287,7 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
         decode=decode_summary(records, cfg.get("decode", "auto"), plan.decode_batch),
     )
-    extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
+    extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.contract.base.Benchmark
     if extra is not None:
         summary.update(extra(records, folder))
     summary.update(plan.evaluation.report(records))
