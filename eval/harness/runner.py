@@ -24,6 +24,7 @@ from restkv.eval.evaluation.batched import resolve_decode_batch
 from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.compression import decode_eviction_of
+from restkv.eval.harness.folder_state import mean_answer_length
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import (
     PredictionLog,
@@ -286,6 +287,7 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         skipped=plan.skipped,
         cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
         decode=decode_summary(records, cfg.get("decode", "auto"), plan.decode_batch),
+        answer_length=round(mean_answer_length(records), 3),  # mean generated tokens: the reports read it here
     )
     extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.contract.base.Benchmark
     if extra is not None:
