@@ -100,3 +100,15 @@ def test_every_download_a_benchmark_asks_for_is_declared() -> None:
 @pytest.mark.parametrize("dataset", sorted(declared_datasets()))
 def test_each_declared_dataset_has_a_getter(dataset: str) -> None:
     assert callable(declared_datasets()[dataset].get)
+
+
+def test_the_readme_policy_table_names_only_registered_policies() -> None:
+    """The README summarises the policies by family; docs/policies.md is the complete table (tested against the
+    registry in tests/test_policy_configs.py). A name in the README that the registry does not know is stale."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Policies", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`(\w+)`", row.split(" | ")[0])}
+    assert named, "README.md has no policy table under '## Policies'"
+    unknown = named - set(policy_names()) - set(preset_names())
+    assert not unknown, f"README.md's policy table names unregistered policies {sorted(unknown)}"
