@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from transformers import PreTrainedTokenizerBase
 
 from restkv.eval.benchmarks import ruler
-from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.sample import Sample
+from restkv.eval.benchmarks.shared.haystack import TRAIN_HAYSTACK, load_haystack
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.microtrain.config import HELDOUT_SEED_BASE
 from restkv.microtrain.samples import essay_window, fitted_sample, make_sample, target_text

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from transformers import PreTrainedTokenizerBase
 
 from restkv.eval.benchmarks import micro, ruler
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.benchmarks.micro.benchmark import passkey_sample
-from restkv.eval.benchmarks.sample import Sample
 
 PASSKEY_MAX_NEW_TOKENS = micro.max_new_tokens("passkey")
 

@@ -16,7 +16,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from transformers import PreTrainedTokenizerFast
 
 from restkv.eval.benchmarks import ruler
-from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
+from restkv.eval.benchmarks.shared.haystack import TRAIN_HAYSTACK, load_haystack
 from restkv.microtrain.config import BOS, EOS, MAX_LENGTH, PAD, TRAIN_SEED_BASE, VOCAB_SIZE
 from restkv.microtrain.samples import TASKS, essay_window, make_sample, target_text
 

@@ -1,7 +1,7 @@
 """Accuracy and fidelity of the policies at several budgets, in one command, one table.
 
     python scripts/compare_policies.py                # 8 policies on the micro suite: about 6 min on 2 CPU cores
-    python scripts/compare_policies.py --all          # all 16 policies and the quantization table: about 15 min
+    python scripts/compare_policies.py --all          # every policy of configs/policy/ and the quantization table
     python scripts/compare_policies.py --model llama-3.1-8b-instruct --bench ruler --lengths 8192 --samples 20
 
 For each policy and budget it runs the accuracy benchmark (``--bench``: the micro suite or RULER)
@@ -11,6 +11,9 @@ agreement and KL tables (policies x budgets) and saves a plot of accuracy agains
 ``--quant-policy`` (ReST-KV) with its kept tokens stored quantized at each of ``--quant-bits``
 (``quantization=kivi``, HQQ; 16 = unquantized): accuracy, KL to the full cache and the cache's bytes (with
 ``--all`` or ``--quant``). Before each run it prints where it is among all of them, with the time left.
+
+The runs are a sweep of ordinary runs; the tables, intervals, figure and answer lengths are the report's
+(`restkv.eval.report.compare`), and ``--all``'s policy list is derived from ``configs/policy/`` there.
 """
 
 from __future__ import annotations
@@ -22,38 +25,15 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from restkv.eval.harness.folder_state import read_folder
 from restkv.eval.harness.run_folder import run_folder
 from restkv.eval.harness.runner import RunSettings, run_benchmark
 from restkv.eval.report.collect import folder_scores, format_grid
-from restkv.eval.report.uncertainty import Interval, bootstrap_interval, paired_difference
+from restkv.eval.report.compare import answer_length, comparable_policies, interval_grid, intervals_text, plot_accuracy
+from restkv.eval.report.uncertainty import Interval, paired_difference
 from restkv.eval.run import CONFIGS
 
 DEFAULT_POLICIES = ["full", "streamingllm", "h2o", "snapkv", "pyramidkv", "adakv", "criticalkv", "restkv"]
 """The default comparison (the README's table): one policy of each family."""
-POLICIES = [
-    "full",
-    "streamingllm",
-    "h2o",
-    "tova",
-    "knorm",
-    "l2norm",
-    "snapkv",
-    "pyramidkv",
-    "adakv",
-    "restkv",
-    "ada_restkv",
-    "cam",
-    "think",
-    "criticalkv",
-    "critical_adakv",
-    "dropkv",
-    "caote",
-    "restkv_defensive",
-    "defensivekv",
-    "layer_defensivekv",
-]
-"""Every policy, with ``--all``."""
 QUANT_BITS = ["16", "8", "4", "2"]
 """The quantization table's rows: 16 is the model's own bfloat16 cache, the others ``quantization=kivi``."""
 DEFAULT_TASKS = {
@@ -117,65 +97,9 @@ def run(bench: str, policy: str, budget: str, args: argparse.Namespace, extra: t
     return summary
 
 
-def interval_grid(rows: list[str], budgets: list[str], cells: dict[tuple[str, str], Interval]) -> str:
-    """Rows x budgets of ``mean [low, high]`` (points), the sample count once per row."""
-    width = max(len("policy"), *(len(r) for r in rows))
-    text = {key: f"{c.mean:5.1f} [{c.low:5.1f}, {c.high:5.1f}]" for key, c in cells.items()}
-    column = max(len(t) for t in text.values()) if text else 8
-    lines = [f"{'policy':<{width}}  " + "  ".join(f"{b:>{column}}" for b in budgets) + "      n"]
-    lines.append("-" * len(lines[0]))
-    for row in rows:
-        counts = {cells[(row, b)].samples for b in budgets if (row, b) in cells}
-        line = "  ".join(f"{text.get((row, b), '-'):>{column}}" for b in budgets)
-        lines.append(f"{row:<{width}}  {line}  {'/'.join(map(str, sorted(counts))):>5}")
-    return "\n".join(lines)
-
-
 def print_intervals(policies: list[str], budgets: list[str], scores: dict[tuple[str, str], dict[str, float]]) -> None:
     """Accuracy with 95 % bootstrap intervals, and ReST-KV minus each other policy, paired on the same prompts."""
-    cells = {key: bootstrap_interval(list(values.values())) for key, values in scores.items()}
-    print("\naccuracy (%) with 95 % bootstrap intervals over samples")
-    print(interval_grid(policies, budgets, cells))
-    reference = "restkv"
-    others = [p for p in policies if p != reference]
-    if reference not in policies or not others:
-        return
-    paired = {
-        (other, budget): paired_difference(scores[(reference, budget)], scores[(other, budget)])
-        for other in others
-        for budget in budgets
-        if (reference, budget) in scores and (other, budget) in scores
-    }
-    print(f"\n{reference} minus each policy (points), paired bootstrap over the same prompts (95 %)")
-    print(interval_grid(others, budgets, paired))
-
-
-def plot(
-    accuracy: dict[tuple[str, str], float], budgets: list[str], policies: list[str], path: Path, title: str
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    x = [int(b) for b in budgets]
-    for policy in policies:
-        ys = [accuracy.get((policy, b)) for b in budgets]
-        style = {"linestyle": "--", "color": "black"} if policy == "full" else {"marker": "o"}
-        ax.plot(x, ys, label=policy, **style)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(x, [str(v) for v in x])
-    ax.set_xlabel("KV budget (tokens per layer, window included)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    print(intervals_text(policies, budgets, scores))
 
 
 def argument_problem(args: argparse.Namespace) -> str | None:
@@ -219,7 +143,9 @@ def parse_arguments() -> argparse.Namespace:
     """The command line, checked (`argument_problem`) and completed with the bench's defaults."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="micro-llama")
-    parser.add_argument("--policies", nargs="+", default=None, help="default: DEFAULT_POLICIES (--all: every one)")
+    parser.add_argument(
+        "--policies", nargs="+", default=None, help="default: DEFAULT_POLICIES (--all: every one of configs/policy/)"
+    )
     parser.add_argument("--all", action="store_true", help="every policy and the quantization table")
     parser.add_argument("--quant", action="store_true", help="add the quantization table")
     parser.add_argument("--budgets", nargs="+", default=["64", "128", "256"])
@@ -244,7 +170,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--turn-tasks", nargs="+", default=["micro_multikey_1"], help="tasks whose samples have turns")
     parser.add_argument("--turn-samples", type=int, default=20, help="prompts per turn task")
     args = parser.parse_args()
-    args.policies = args.policies or (POLICIES if args.all else DEFAULT_POLICIES)
+    args.policies = args.policies or (comparable_policies() if args.all else DEFAULT_POLICIES)
     args.no_quant = args.no_quant or not (args.all or args.quant)
     problem = argument_problem(args)
     if problem:
@@ -287,7 +213,7 @@ def main() -> None:
     print_intervals(args.policies, args.budgets, scores)
     print_fidelity_and_cache(args, agreement, kl, cache)
     figure = Path(args.out) / "compare" / f"{args.model}-accuracy.png"
-    plot(accuracy, args.budgets, args.policies, figure, title)
+    plot_accuracy(accuracy, args.budgets, args.policies, figure, title)
     print(f"\nplot: {figure}")
     if not args.no_quant:
         quantization_table(args, title)
@@ -346,11 +272,6 @@ def quantization_table(args: argparse.Namespace, title: str) -> None:
     print(format_grid(rows, args.budgets, stored, digits=1))
 
 
-def mean_answer_length(folder: Path) -> float:
-    """Mean generated tokens per answer in a run folder (read by the one reader of run folders)."""
-    return read_folder(folder).answer_length
-
-
 def phase_table(args: argparse.Namespace, title: str) -> None:
     """Each of ``--phase-policies`` evicting during decoding (``compression.phase=decode``, each budget as the
     decode budget) next to the same policy evicting at the end of the prompt, paired on the same prompts."""
@@ -370,7 +291,7 @@ def phase_table(args: argparse.Namespace, title: str) -> None:
             }
             for phase, summary in runs.items():
                 accuracy[(f"{policy} {phase}", budget)] = summary["average"]
-                lengths[(f"{policy} {phase}", budget)] = mean_answer_length(summary["folder"])
+                lengths[(f"{policy} {phase}", budget)] = answer_length(summary["folder"])
             scores = {phase: folder_scores(summary["folder"]) for phase, summary in runs.items()}
             paired[(policy, budget)] = paired_difference(scores["decode"], scores["prefill"])
     rows = [f"{p} {phase}" for p in args.phase_policies for phase in ("prefill", "decode")]

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from restkv.eval.benchmarks import ruler
-from restkv.eval.benchmarks.haystack import load_haystack
+from restkv.eval.benchmarks.shared.haystack import load_haystack
 
 NEEDLE = re.compile(r"One of the special magic \w+ for (.+?) is: (\S+?)\.")
 QUERY = re.compile(r"for (.+) mentioned in the provided text\?\s*$")

@@ -32,8 +32,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from restkv import compress
 from restkv.eval.benchmarks import micro, ruler
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.benchmarks.ruler.metrics import ruler_string_match_all
-from restkv.eval.benchmarks.sample import Sample
 from restkv.eval.evaluation.decoding import answer, teacher_forced_logprobs
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.config_tree import configured_policy

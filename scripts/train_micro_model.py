@@ -5,7 +5,7 @@ trains the repository's own long-context test model, deterministically, in about
 CPU cores (recipe v3; the points below describe the first recipe, v1, and ``--recipe`` what changed):
 
 * **Tokenizer**: a byte-level BPE (8192 tokens) trained with ``tokenizers`` on the training novel
-  (*Pride and Prejudice*, :data:`restkv.eval.benchmarks.haystack.TRAIN_HAYSTACK`) and on text generated
+  (*Pride and Prejudice*, :data:`restkv.eval.benchmarks.shared.haystack.TRAIN_HAYSTACK`) and on text generated
   by the training tasks below. Numbers are pre-split into groups of up to three digits (a 7-digit
   needle value is 3 tokens), a UUID is one pre-token (BPE merges hex pairs and triples: ~17
   tokens), a word keeps its leading space (as GPT-2). BOS is prepended by the tokenizer; every

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from restkv.eval.benchmarks.base import Sample
+from restkv.eval.benchmarks.contract.base import Sample
 
 
 @dataclass

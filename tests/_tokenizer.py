@@ -13,7 +13,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
+from restkv.eval.benchmarks.shared.haystack import TRAIN_HAYSTACK, load_haystack
 
 VOCAB_SIZE = 2000
 TRAIN_CHARS = 300_000

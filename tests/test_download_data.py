@@ -14,6 +14,8 @@ import pytest
 
 from restkv.eval.benchmarks.infinitebench.benchmark import TASKS as INF_TASKS
 from restkv.eval.benchmarks.longbench.benchmark import TASKS, TASKS_E
+from restkv.eval.benchmarks.longbench.sources import LONGBENCH_ZIP_URL
+from restkv.eval.benchmarks.ruler.sources import SQUAD_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 LB_FIXTURES = Path(__file__).parent / "fixtures" / "longbench"
@@ -101,7 +103,7 @@ def test_the_url_is_the_fallback_and_a_partial_archive_is_reported(dd, tmp_path,
         raise OSError("503 from the hub")
 
     def http_get(url, dest, timeout=0):
-        assert url == dd.LONGBENCH_ZIP_URL
+        assert url == LONGBENCH_ZIP_URL
         dest.write_bytes(archive.read_bytes())
 
     monkeypatch.setattr(dd, "reachable", lambda host, port, timeout=0: True)
@@ -119,7 +121,7 @@ def test_interrupted_or_invalid_downloads_leave_nothing_behind(dd, tmp_path, mon
     hotpot = [{"_id": "x", "question": "Who?", "answer": "Bo", "context": [["T", ["Bo is here."]]]}]
 
     def http_get(url, dest, timeout=0):
-        if url == dd.SQUAD_URL:
+        if url == SQUAD_URL:
             dest.write_bytes(b'{"version": "v2.0", "data": [')  # connection drops mid-file
             raise ConnectionResetError("connection reset by peer")
         if "curtis" in url:

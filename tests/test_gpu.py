@@ -162,7 +162,7 @@ def _cpu(tensor: torch.Tensor | None) -> torch.Tensor | None:
 def test_fidelity_keeps_gpu_memory_flat_over_many_samples():
     if CUDA.type != "cuda":
         pytest.skip("measures CUDA memory")
-    from restkv.eval.benchmarks.sample import Sample
+    from restkv.eval.benchmarks.contract.sample import Sample
     from restkv.eval.evaluation.base import Session
     from restkv.eval.evaluation.fidelity import Fidelity
     from restkv.eval.evaluation.prompting import PromptTokens

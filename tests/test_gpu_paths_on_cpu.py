@@ -97,7 +97,7 @@ def test_fidelity_references_stay_in_bounded_host_memory(monkeypatch):
 
 
 def test_fidelity_keeps_references_on_the_host(make_model, tmp_path):
-    from restkv.eval.benchmarks.sample import Sample
+    from restkv.eval.benchmarks.contract.sample import Sample
     from restkv.eval.evaluation.base import Session
 
     class Tokenizer:

@@ -15,6 +15,7 @@ from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
 from restkv.eval.benchmarks import infinitebench
+from restkv.eval.benchmarks.contract.metrics import metric_names
 from restkv.eval.benchmarks.infinitebench.benchmark import (
     PROMPTS,
     TASKS,
@@ -23,8 +24,7 @@ from restkv.eval.benchmarks.infinitebench.benchmark import (
     references,
     split_prompt,
 )
-from restkv.eval.benchmarks.jsonl import DataFileError
-from restkv.eval.benchmarks.metrics import metric_names
+from restkv.eval.benchmarks.shared.jsonl import DataFileError
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.run_folder import PREDICTIONS
 from restkv.eval.harness.runner import RunSettings, run_benchmark

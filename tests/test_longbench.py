@@ -15,8 +15,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from transformers import AutoTokenizer
 
-from restkv.eval.benchmarks import longbench, official
-from restkv.eval.benchmarks.jsonl import DataFileError
+from restkv.eval.benchmarks import longbench
+from restkv.eval.benchmarks.contract.metrics import metric_names
 from restkv.eval.benchmarks.longbench.benchmark import (
     NO_CHAT_TASKS,
     TASK_SPECS,
@@ -28,7 +28,8 @@ from restkv.eval.benchmarks.longbench.benchmark import (
     split_prompt,
 )
 from restkv.eval.benchmarks.longbench.metrics import LONGBENCH_TASKS, bucket_scores, length_bucket
-from restkv.eval.benchmarks.metrics import metric_names
+from restkv.eval.benchmarks.shared import official
+from restkv.eval.benchmarks.shared.jsonl import DataFileError
 from restkv.eval.evaluation.prompting import render, tokenize
 from restkv.eval.harness.run_folder import PREDICTIONS
 from restkv.eval.harness.runner import RunSettings, run_benchmark
@@ -333,7 +334,7 @@ def test_hub_archive_is_read_in_place(tmp_path, tok, monkeypatch) -> None:
         z.write(FIXTURES / "trec.jsonl", "data/trec.jsonl")
         z.writestr("data/qasper_e.jsonl", (FIXTURES / "qasper_e.jsonl").read_text(encoding="utf-8") + "{oops\n")
     calls: list[int] = []
-    monkeypatch.setattr(longbench.benchmark, "fetch_archive", lambda: (calls.append(1), (archive, ""))[1])
+    monkeypatch.setattr(longbench.archive, "fetch_archive", lambda: (calls.append(1), (archive, ""))[1])
     empty = tmp_path / "empty"
     empty.mkdir()
     samples = bench(tasks=["trec"], data_dir=str(empty), hub=True).load_samples(tok)

@@ -10,7 +10,7 @@ import pytest
 
 from restkv.eval.benchmarks.math import TASKS, MathBenchmark
 from restkv.eval.benchmarks.math.answers import extract_answer, gsm8k_reference, last_boxed, same_answer
-from restkv.eval.benchmarks.math.download import task_records, write_jsonl
+from restkv.eval.benchmarks.math.sources import task_records, write_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"
 

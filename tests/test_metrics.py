@@ -1,4 +1,5 @@
-"""Hand-computed checks for every registered metric (restkv.eval.benchmarks.metrics and eval/benchmarks/*_metrics.py).
+"""Hand-computed checks for every registered metric (restkv.eval.benchmarks.contract.metrics and
+eval/benchmarks/*/metrics.py).
 
 Every expected value is worked out in the comment next to it from the official definition
 (LongBench eval.py/metrics.py, RULER constants.py, InfiniteBench compute_scores.py, the
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from restkv.eval.benchmarks.contract.metrics import metric_names, score
 from restkv.eval.benchmarks.longbench.metrics import LONGBENCH_TASKS, longbench_postprocess
-from restkv.eval.benchmarks.metrics import metric_names, score
 
 # rouge (the PyPI package LongBench uses) divides by (P + R + 1e-8): this is F for P = R = 1.
 PYROUGE_PERFECT = 2.0 * (1.0 / (2.0 + 1e-8))  # 0.999999995

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
 from restkv.eval.benchmarks import micro
-from restkv.eval.benchmarks.base import Sample
+from restkv.eval.benchmarks.contract.base import Sample
 from restkv.eval.benchmarks.ruler.metrics import ruler_string_match_all
 from restkv.eval.run import CONFIGS
 

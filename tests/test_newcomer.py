@@ -163,7 +163,7 @@ def test_library_chatter_stays_out_of_a_runs_output():
 
 def test_the_niah_heatmap_title_reads_in_the_tables_unit():
     """The title said "average score 0.01" where the table said 1.32."""
-    from restkv.eval.benchmarks.niah.benchmark import heatmap_title
+    from restkv.eval.benchmarks.niah.heatmap import heatmap_title
 
     results = [{"score": 1.0}, *([{"score": 0.0}] * 75)]
     assert heatmap_title("Needle in a Haystack", results) == "Needle in a Haystack — average 1.32"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from _tokenizer import tokenizer_fixture  # noqa: F401
 
-from restkv.eval.benchmarks import haystack, niah
+from restkv.eval.benchmarks import niah
+from restkv.eval.benchmarks.shared import haystack
 
 LENGTHS = [1000, 2000, 4000]
 

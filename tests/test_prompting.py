@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from restkv.eval.benchmarks.base import Sample
+from restkv.eval.benchmarks.contract.base import Sample
 from restkv.eval.evaluation.prompting import tokenize, truncate_middle
 from restkv.eval.models.loading import resolve
 

@@ -138,7 +138,7 @@ def test_old_identities_without_data_hashes_still_resume_and_say_so(tmp_path, ca
 
 
 def test_an_empty_or_blank_longbench_task_file_is_refused():
-    from restkv.eval.benchmarks.jsonl import DataFileError, JsonlSource, iter_lines, task_records
+    from restkv.eval.benchmarks.shared.jsonl import DataFileError, JsonlSource, iter_lines, task_records
 
     for text in (b"", b"\n   \n"):
         source = JsonlSource("qasper.jsonl", iter_lines(text.splitlines(keepends=True), "qasper.jsonl"))

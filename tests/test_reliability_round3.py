@@ -163,8 +163,8 @@ def test_a_data_file_edited_in_place_with_size_and_mtime_kept_is_hashed_again(tm
     ],
 )
 def test_malformed_math_records_name_file_line_and_field(tmp_path: Path, task: str, record: dict, field: str) -> None:
-    from restkv.eval.benchmarks.jsonl import DataFileError
     from restkv.eval.benchmarks.math import MathBenchmark
+    from restkv.eval.benchmarks.shared.jsonl import DataFileError
 
     (tmp_path / f"{task}.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(DataFileError, match=rf"{task}\.jsonl:1: .*'{field}'"):
@@ -172,8 +172,8 @@ def test_malformed_math_records_name_file_line_and_field(tmp_path: Path, task: s
 
 
 def test_a_scbench_record_without_id_or_turn_input_names_the_field(tmp_path: Path) -> None:
-    from restkv.eval.benchmarks.jsonl import DataFileError
     from restkv.eval.benchmarks.scbench import SCBenchBenchmark
+    from restkv.eval.benchmarks.shared.jsonl import DataFileError
 
     path = tmp_path / "scbench_kv.jsonl"
     for record, field in [

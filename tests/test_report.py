@@ -60,11 +60,13 @@ def write_run(root: Path, bench: str, policy: str, budget: int, quality: float, 
         "policy": policy,
         "budget": str(budget),
         "protocol": "query_aware",
+        **options.get("metrics", {}),
     }
     (folder / "metrics.json").write_text(json.dumps(metrics))
     config = {
         "policy": {"_target_": "x", **options.get("knobs", {})},
         "quantization": options.get("quant", {"backend": "none"}),
+        **options.get("config", {}),
     }
     if policy == "adakv":
         config["policy"]["allocation"] = "adakv"
@@ -187,6 +189,8 @@ def test_make_figures_all_draws_every_artifact_and_lists_missing_runs(runs: Path
     command = [sys.executable, str(REPO / "scripts" / "make_figures.py"), "all", "--runs", str(runs), "--out", str(out)]
     printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     for name in NAMES:
+        if name == "multi-turn":  # the fixture has no multi-turn run: see the test below
+            continue
         assert f"{name}: {out}" in printed, f"{name} drew nothing:\n{printed}"
     pngs = sorted(out.glob("*.png"))
     for png in pngs:
@@ -210,6 +214,22 @@ def test_make_figures_all_draws_every_artifact_and_lists_missing_runs(runs: Path
     assert (out / "lengths-micro-micro-llama-curves-budget64.png").exists()
     paired = (out / "paired-micro-micro-llama.md").read_text()
     assert "n=24" in paired and "| policy | 64 | 128 |" in paired and "snapkv" in paired and "[" in paired
+
+
+def test_long_output_and_multi_turn_figures_are_report_artifacts(tmp_path: Path) -> None:
+    """The figures ``plot_long_outputs.py`` draws are artifacts of the report, read from what the runner wrote."""
+    root = tmp_path / "runs"
+    turns = {"evaluation": {"_target_": "restkv.eval.evaluation.MultiTurn", "append_answers": True}}
+    write_run(root, "micro", "restkv", 64, 0.7, config=turns, metrics={"turn_scores": [80.0, 60.0]})
+    write_run(root, "micro", "snapkv", 64, 0.7, metrics={"answer_length": 12.5})
+    report = build_report(root, tmp_path / "figures")
+    written, _ = make_all(report, only=("long-outputs", "multi-turn"))
+    assert [p.name for p in written["long-outputs"]] == ["long-outputs-lengths.png", "long-outputs-lengths.pdf"]
+    assert [p.name for p in written["multi-turn"]] == ["multi-turn.png", "multi-turn.pdf"]
+    assert [run.answer_length for run in report.runs if run.policy == "snapkv"] == [12.5]
+    empty = tmp_path / "empty"
+    write_run(empty, "micro", "snapkv", 64, 0.7)
+    assert make_all(build_report(empty, tmp_path / "none"), only=("multi-turn",))[0]["multi-turn"] == []
 
 
 def test_make_figures_table_prints_headline_rows(runs: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from _tokenizer import tokenizer_fixture  # noqa: F401
 
 from restkv.eval.benchmarks import ruler
-from restkv.eval.benchmarks.base import Sample
+from restkv.eval.benchmarks.contract.base import Sample
 from restkv.eval.benchmarks.ruler import TASKS, RulerData
 from restkv.eval.benchmarks.ruler import generate as generate_default
 

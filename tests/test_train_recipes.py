@@ -17,7 +17,7 @@ from tokenizers import Regex, pre_tokenizers
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from restkv.eval.benchmarks import micro, ruler
-from restkv.eval.benchmarks.haystack import TRAIN_HAYSTACK, load_haystack
+from restkv.eval.benchmarks.shared.haystack import TRAIN_HAYSTACK, load_haystack
 from restkv.microtrain.batches import BatchSource, make_batch, weights_log
 from restkv.microtrain.config import MAX_LENGTH
 from restkv.microtrain.curriculum import State, begin_stage, stage_steps, task_weights

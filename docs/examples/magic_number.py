@@ -14,8 +14,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from restkv.eval.benchmarks.metrics import score as score_metric
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.metrics import score as score_metric
+from restkv.eval.benchmarks.contract.sample import Sample
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 

@@ -6,8 +6,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from restkv.eval.benchmarks.base import Benchmark
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.base import Benchmark
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.integrate import PrefillRecord
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from restkv.eval.benchmarks.base import Benchmark
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.base import Benchmark
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.evaluation.base import Session
 from restkv.eval.evaluation.decoding import answer, teacher_forced_logprobs
 from restkv.eval.evaluation.prompting import PromptTokens

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from restkv.devices import model_devices
-from restkv.eval.benchmarks.base import Benchmark
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.base import Benchmark
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.evaluation.base import Session
 from restkv.eval.evaluation.batched import batched_answers
 from restkv.eval.evaluation.decoding import Answer, answer

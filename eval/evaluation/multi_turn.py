@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from restkv.eval.benchmarks.base import Benchmark
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.base import Benchmark
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.evaluation.base import Session
 from restkv.eval.evaluation.decoding import forward_tokens, prefill
 from restkv.eval.evaluation.prompting import PromptTokens

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.sample import Sample
 
 
 @dataclass

@@ -16,6 +16,7 @@ import fcntl
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,16 @@ class FolderState:
 
     @property
     def answer_length(self) -> float:
-        """Mean generated tokens per answer (``new_tokens`` of the trusted records; 0 without records)."""
-        lengths = [r.get("new_tokens", 0) for r in self.records.values()]
-        return sum(lengths) / max(len(lengths), 1)
+        """Mean generated tokens per answer: ``metrics.json``'s ``answer_length`` (written by the runner), else,
+        for folders written before it was, counted from the trusted records (0 without records)."""
+        recorded = (self.metrics or {}).get("answer_length")
+        return float(recorded) if _finite(recorded) else mean_answer_length(self.records.values())
+
+
+def mean_answer_length(records: Iterable[dict[str, Any]]) -> float:
+    """Mean ``new_tokens`` per record (0 without records): the ``answer_length`` the runner writes."""
+    lengths = [r.get("new_tokens", 0) for r in records]
+    return sum(lengths) / max(len(lengths), 1)
 
 
 def lock_held(folder: Path) -> bool:

@@ -16,11 +16,12 @@ from tqdm import tqdm
 import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes and resolvers, wherever the run composes)
 from restkv import Budget, compress
 from restkv.devices import pick_device
-from restkv.eval.benchmarks.reads import recording
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.reads import recording
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.evaluation import Evaluation, Session
 from restkv.eval.evaluation.prompting import tokenize
 from restkv.eval.harness.decode_plan import DecodePlan, plan_decode
+from restkv.eval.harness.folder_state import mean_answer_length
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import (
     PredictionLog,
@@ -117,7 +118,7 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     available = len(samples)
     if run.limit is not None:
         samples = samples[: run.limit]
-    skipped = dict(getattr(benchmark, "skipped", {}))  # optional: see restkv.eval.benchmarks.base.Benchmark
+    skipped = dict(getattr(benchmark, "skipped", {}))  # optional: see restkv.eval.benchmarks.contract.base.Benchmark
     if not samples:
         why = f"; skipped: {_listed(skipped)}" if skipped else " (check bench.tasks and the benchmark's data files)"
         raise EmptyRun(f"bench={settings.bench} gives no sample to run{why}")
@@ -265,8 +266,9 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, settings
         skipped=plan.skipped,
         cache=cache_summary(records, plan.settings.layout, plan.quantization),
         decode=decode_summary(records, plan.settings.decode, plan.decode.rows),
+        answer_length=round(mean_answer_length(records), 3),  # mean generated tokens: the reports read it here
     )
-    extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
+    extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.contract.base.Benchmark
     if extra is not None:
         summary.update(extra(records, folder))
     summary.update(plan.evaluation.report(records))

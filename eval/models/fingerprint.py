@@ -187,8 +187,9 @@ def _write_cache(fresh: dict[str, dict[str, Any]]) -> None:
 
 
 def input_digests(files: list[Path]) -> dict[str, str]:
-    """``{file: sha256}`` of the data files a run read (`restkv.eval.benchmarks.reads`), each hashed once and cached
-    like the weights; files under the project are named relative to it, so a checkout moved keeps its identities."""
+    """``{file: sha256}`` of the data files a run read (`restkv.eval.benchmarks.contract.reads`), each hashed once
+    and cached like the weights; files under the project are named relative to it, so a checkout moved keeps
+    its identities."""
     from restkv.eval.models.paths import project_root
 
     root = project_root().resolve()

@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from restkv.eval.benchmarks.haystack import load_haystack
+from restkv.eval.benchmarks.shared.haystack import load_haystack
 from restkv.integrate import attention_layers, compress
 from restkv.policy import LayerInputs, Policy
 from restkv.select import Budget

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from restkv.eval.report import paper
+from restkv.eval.report.collect import RunResult
 from restkv.eval.report.figures import (
     PAPER_STYLE,
     curve,
@@ -45,6 +46,8 @@ class Report:
     root: Path
     notes: list[str] = field(default_factory=list)
     """Run folders left out, and why (in progress, stopped, untrustworthy results)."""
+    runs: list[RunResult] = field(default_factory=list)
+    """The finished runs the table was built from (the figures that draw from run summaries read them)."""
 
     def headline(self) -> pd.DataFrame:
         """One row per run: its average over tasks and lengths."""

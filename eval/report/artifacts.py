@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from restkv.eval.harness.errors import naming
-from restkv.eval.report import accuracy, efficiency
+from restkv.eval.report import accuracy, efficiency, long_outputs
 from restkv.eval.report.accuracy import Report
 from restkv.eval.report.collect import load_runs
 from restkv.eval.report.table import run_table, sample_frame, to_markdown
@@ -80,6 +80,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("efficiency", "latency and memory against context, next to the paper's ratios", efficiency.efficiency, (
         Needs("latency", "", "python -m restkv.eval.latency latency=gpu-h200-paper (CPU: latency=tiny)"),
     )),
+    Artifact("long-outputs", "accuracy and answer length against the budget, per phase", long_outputs.lengths),
+    Artifact("multi-turn", "accuracy of each turn of evaluation=multi_turn runs", long_outputs.turns),
 )  # fmt: skip
 NAMES = tuple(a.name for a in ARTIFACTS)
 
@@ -94,7 +96,7 @@ def build_report(root: Path, out: Path) -> Report:
     notes: list[str] = []
     runs = load_runs(Path(root), notes)
     efficiency.latency_records(Path(root), notes)  # only for the notes: a record that cannot be read is named
-    return Report(run_table(root, runs=runs), sample_frame(runs), Path(out), Path(root), notes)
+    return Report(run_table(root, runs=runs), sample_frame(runs), Path(out), Path(root), notes, runs)
 
 
 def write_table(report: Report) -> list[Path]:

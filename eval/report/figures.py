@@ -91,10 +91,10 @@ def heatmap_row(grids: dict[str, pd.DataFrame], heading: str, out: Path, name: s
 
     The keys title the panels (the policy and its average with its interval).
     """
-    from matplotlib.colors import LinearSegmentedColormap
+    from restkv.eval.benchmarks.niah.heatmap import colormap
 
     plt = pyplot()
-    cmap = LinearSegmentedColormap.from_list("niah", ["#F0496E", "#EBB839", "#0CD79F"]).with_extremes(bad="#d9d9d9")
+    cmap = colormap()
     fig, axes = plt.subplots(1, len(grids), figsize=(3.6 * len(grids) + 1.2, 3.8), squeeze=False, sharey=True)
     image = None
     for ax, (label, grid) in zip(axes[0], grids.items(), strict=True):

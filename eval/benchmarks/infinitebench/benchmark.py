@@ -48,7 +48,7 @@ Data
     str; required, four of them, for the two multiple-choice tasks).
 
 Bad input raises before anything is generated (finished predictions are untouched):
-:class:`~restkv.eval.benchmarks.jsonl.DataFileError` with ``file:line``, task and field; ``ValueError``
+:class:`~restkv.eval.benchmarks.shared.jsonl.DataFileError` with ``file:line``, task and field; ``ValueError``
 listing the valid tasks for an unknown one; ``FileNotFoundError`` listing every missing file.
 """
 
@@ -60,8 +60,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from restkv.checks import check_choice
-from restkv.eval.benchmarks.base import Sample
-from restkv.eval.benchmarks.jsonl import (
+from restkv.eval.benchmarks.contract.base import Sample
+from restkv.eval.benchmarks.contract.metrics import score as score_metric
+from restkv.eval.benchmarks.shared.jsonl import (
     DataFileError,
     Field,
     JsonlSource,
@@ -70,8 +71,7 @@ from restkv.eval.benchmarks.jsonl import (
     resolve_path,
     task_records,
 )
-from restkv.eval.benchmarks.metrics import score as score_metric
-from restkv.eval.benchmarks.official import (
+from restkv.eval.benchmarks.shared.official import (
     cap_new_tokens,
     check_loader_knobs,
     check_task_files,
@@ -343,7 +343,8 @@ class InfiniteBenchBenchmark:
 
 
 class _HubFiles:
-    """The :class:`~restkv.eval.benchmarks.official.FileFallback` of a load: each missing task file from the hub."""
+    """The :class:`~restkv.eval.benchmarks.shared.official.FileFallback` of a load: each missing task file from the
+    hub."""
 
     def __init__(self) -> None:
         self.failure = ""

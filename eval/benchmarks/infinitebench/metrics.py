@@ -6,7 +6,7 @@ one sample in ``[0, 1]``; each reproduces the official number for that sample, q
 only ``references[0]``, and the two multiple-choice tasks expect
 ``references == [answer_text, option_letter]`` (built by
 :func:`restkv.eval.benchmarks.infinitebench.benchmark.references`).
-The registry of metric names is :mod:`restkv.eval.benchmarks.metrics`.
+The registry of metric names is :mod:`restkv.eval.benchmarks.contract.metrics`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from restkv.eval.benchmarks.text_metrics import best, english_token_f1, normalize_zh, rouge_scorer, token_f1
+from restkv.eval.benchmarks.shared.text_metrics import best, english_token_f1, normalize_zh, rouge_scorer, token_f1
 
 __all__ = [
     "METRICS",
@@ -278,4 +278,4 @@ METRICS = {
     "infbench_code_run": infbench_code_run,
     "infbench_code_debug": infbench_code_debug,
 }
-"""InfiniteBench's metrics by the name a `Sample` carries (collected by `restkv.eval.benchmarks.metrics`)."""
+"""InfiniteBench's metrics by the name a `Sample` carries (collected by `restkv.eval.benchmarks.contract.metrics`)."""

@@ -4,7 +4,7 @@ Every metric is called as ``metric(prediction, references, **kwargs)`` and retur
 one sample in ``[0, 1]``: the best score over the references, starting from 0, as ``eval.py``
 does. Each one reproduces the number the official code gives for that sample, quirks included;
 the quirks are spelled out in the docstrings ("Quirk:"). The registry of metric names is
-:mod:`restkv.eval.benchmarks.metrics`; apply :func:`longbench_postprocess` to a prediction before scoring it.
+:mod:`restkv.eval.benchmarks.contract.metrics`; apply :func:`longbench_postprocess` to a prediction before scoring it.
 LongBench-E's length buckets (the official ``scorer_e``) are here too: :func:`bucket_scores`.
 
 jieba (the Chinese tasks' word segmenter) is imported only when a Chinese metric first runs.
@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from restkv.eval.benchmarks.text_metrics import best, english_token_f1, normalize_zh, token_f1
+from restkv.eval.benchmarks.shared.text_metrics import best, english_token_f1, normalize_zh, token_f1
 
 __all__ = [
     "LENGTH_BUCKETS",
@@ -374,4 +374,4 @@ METRICS = {
     "count": longbench_count,
     "code_sim": longbench_code_sim,
 }
-"""LongBench v1's metrics by the name a `Sample` carries (collected by `restkv.eval.benchmarks.metrics`)."""
+"""LongBench v1's metrics by the name a `Sample` carries (collected by `restkv.eval.benchmarks.contract.metrics`)."""

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from restkv.eval.benchmarks.jsonl import Field, task_records
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.benchmarks.math.answers import extract_answer, gsm8k_reference, same_answer
-from restkv.eval.benchmarks.official import LocalTaskFiles, cap_new_tokens
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.shared.jsonl import Field, task_records
+from restkv.eval.benchmarks.shared.official import LocalTaskFiles, cap_new_tokens
 
 INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 """What follows the problem (Qwen2.5-Math's chain-of-thought sentence, used by most reasoning-model evaluations)."""

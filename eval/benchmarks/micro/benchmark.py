@@ -49,9 +49,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from restkv.eval.benchmarks import ruler
-from restkv.eval.benchmarks.base import Sample
-from restkv.eval.benchmarks.haystack import check_haystack, haystack_name, load_haystack
-from restkv.eval.benchmarks.metrics import score as score_metric
+from restkv.eval.benchmarks.contract.base import Sample
+from restkv.eval.benchmarks.contract.metrics import score as score_metric
+from restkv.eval.benchmarks.shared.haystack import check_haystack, haystack_name, load_haystack
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

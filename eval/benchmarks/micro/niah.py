@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from restkv.eval.benchmarks import micro, ruler
-from restkv.eval.benchmarks.base import Sample
-from restkv.eval.benchmarks.haystack import check_haystack, haystack_name, load_haystack
-from restkv.eval.benchmarks.metrics import score as score_metric
-from restkv.eval.benchmarks.niah.benchmark import heatmap
+from restkv.eval.benchmarks.contract.base import Sample
+from restkv.eval.benchmarks.contract.metrics import score as score_metric
+from restkv.eval.benchmarks.niah.heatmap import grid_report
+from restkv.eval.benchmarks.shared.haystack import check_haystack, haystack_name, load_haystack
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -61,16 +61,5 @@ class MicroNiahBenchmark:
         return score_metric(sample.metric, prediction, sample.references)
 
     def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
-        cells = [
-            {
-                "context_length": r["meta"]["context_length"],
-                "depth_percent": r["meta"]["depth_percent"],
-                "score": r["score"],
-            }
-            for r in records
-        ]
-        if not cells:
-            return {}
-        run = f"{folder.parents[1].name} · {folder.parent.name} · {folder.name}"
-        heatmap(cells, folder / "heatmap.png", title=f"Micro needle grid: {run}")
-        return {"heatmap": "heatmap.png", "needle": NEEDLE_NOTE}
+        written = grid_report(records, folder, "Micro needle grid")
+        return {**written, "needle": NEEDLE_NOTE} if written else {}

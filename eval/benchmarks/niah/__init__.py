@@ -1,5 +1,5 @@
 """Needle-in-a-Haystack as run for the ReST-KV paper (``bench=niah``): `benchmark` builds the length x depth
-grid and draws its heatmap, `metrics` scores an answer by ROUGE-1 against the needle."""
+grid, `heatmap` draws it, `metrics` scores an answer by ROUGE-1 against the needle."""
 
 from restkv.eval.benchmarks.niah.benchmark import (
     FINAL_CONTEXT_LENGTH_BUFFER,
@@ -9,8 +9,8 @@ from restkv.eval.benchmarks.niah.benchmark import (
     context_length_grid,
     depth_percent_grid,
     generate,
-    heatmap,
 )
+from restkv.eval.benchmarks.niah.heatmap import grid_report, heatmap
 
 __all__ = [
     "FINAL_CONTEXT_LENGTH_BUFFER",
@@ -20,5 +20,6 @@ __all__ = [
     "context_length_grid",
     "depth_percent_grid",
     "generate",
+    "grid_report",
     "heatmap",
 ]

@@ -7,7 +7,7 @@ at a target depth, and asks for it back. This module re-implements that procedur
 * needle ``"\\nThe best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on
   a sunny day.\\n"``, retrieval question ``"The best thing to do in San Francisco is: "``;
 * haystack: the Paul Graham essays folder when given, the bundled evaluation novel otherwise
-  (:func:`restkv.eval.benchmarks.haystack.load_haystack`), repeated if it is shorter than the longest
+  (:func:`restkv.eval.benchmarks.shared.haystack.load_haystack`), repeated if it is shorter than the longest
   requested length;
 * for a context length ``L`` the haystack is cut to ``L - 200 - len(needle)`` tokens (the
   authors keep a 200-token buffer for the instructions and the answer) and the needle tokens are
@@ -30,17 +30,16 @@ builds for the Llama-3 and Mistral models it evaluates ("This is a very long sto
 
 from __future__ import annotations
 
-import math
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from restkv.checks import check_choice
-from restkv.eval.benchmarks.base import Sample
-from restkv.eval.benchmarks.haystack import check_haystack, haystack_name, load_haystack
-from restkv.eval.benchmarks.metrics import score as score_metric
+from restkv.eval.benchmarks.contract.base import Sample
+from restkv.eval.benchmarks.contract.metrics import score as score_metric
+from restkv.eval.benchmarks.niah.heatmap import grid_report
+from restkv.eval.benchmarks.shared.haystack import check_haystack, haystack_name, load_haystack
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -204,7 +203,7 @@ def generate(
 ) -> list[Sample]:
     """One sample per (context length, depth percent), lengths outermost.
 
-    ``haystack`` is a :func:`~restkv.eval.benchmarks.haystack.load_haystack` source (``None``: the
+    ``haystack`` is a :func:`~restkv.eval.benchmarks.shared.haystack.load_haystack` source (``None``: the
     bundled evaluation novel). ``meta`` holds ``context_length``, ``depth_percent``, the
     haystack name, ``prompt_tokens`` (context + question + answer prefix, no special tokens),
     ``context_tokens`` and the needle's token offset in the document (``needle_token``,
@@ -230,66 +229,6 @@ def generate(
                 _sample(tokenizer, parts, document, with_needle, point=point, length=length, depth=depth, labels=labels)
             )
     return samples
-
-
-def heatmap_title(title: str, results: list[dict[str, Any]]) -> str:
-    """The heatmap's title with the average score in points, the unit of the run's table and ``metrics.json``."""
-    average = 100 * sum(float(r["score"]) for r in results) / len(results)
-    return f"{title} — average {average:.2f}"
-
-
-def heatmap(results: list[dict[str, Any]], path: Path, title: str = "Needle in a Haystack") -> None:
-    """Draw the usual NIAH heatmap of ``results`` and save it as a PNG at ``path``.
-
-    Each result needs ``context_length``, ``depth_percent`` and ``score`` (0-1); repeated cells
-    are averaged. x: context length, y: depth percent (0 % at the top), colour: score on a
-    red-yellow-green scale; the title carries the average over all results.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import LinearSegmentedColormap
-
-    if not results:
-        raise ValueError("no results to plot")
-    lengths = sorted({int(r["context_length"]) for r in results})
-    depths = sorted({float(r["depth_percent"]) for r in results})
-    sums = [[0.0] * len(lengths) for _ in depths]
-    counts = [[0] * len(lengths) for _ in depths]
-    for r in results:
-        row, col = depths.index(float(r["depth_percent"])), lengths.index(int(r["context_length"]))
-        sums[row][col] += float(r["score"])
-        counts[row][col] += 1
-    grid = [
-        [s / c if c else math.nan for s, c in zip(srow, crow, strict=True)]
-        for srow, crow in zip(sums, counts, strict=True)
-    ]
-    cmap = LinearSegmentedColormap.from_list("niah", ["#F0496E", "#EBB839", "#0CD79F"]).with_extremes(bad="#d9d9d9")
-    width = min(20.0, max(6.0, 0.35 * len(lengths) + 3))
-    height = min(10.0, max(4.0, 0.45 * len(depths) + 2))
-    fig, ax = plt.subplots(figsize=(width, height))
-    image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
-    ax.set_xticks(range(len(lengths)))
-    every = max(1, math.ceil(len(lengths) / 20))
-    ax.set_xticklabels([str(v) if i % every == 0 else "" for i, v in enumerate(lengths)], rotation=45, ha="right")
-    ax.set_yticks(range(len(depths)))
-    ax.set_yticklabels([f"{d:g}" for d in depths])
-    ax.set_xticks([x - 0.5 for x in range(1, len(lengths))], minor=True)
-    ax.set_yticks([y - 0.5 for y in range(1, len(depths))], minor=True)
-    ax.grid(which="minor", color="grey", linestyle="--", linewidth=0.5)
-    ax.tick_params(which="minor", length=0)
-    ax.set_xlabel("Context length (tokens)")
-    ax.set_ylabel("Depth percent")
-    # wrapped to the figure's width: a long run name once ran off both sides
-    wrapped = textwrap.fill(heatmap_title(title, results), width=int(9 * width))
-    ax.set_title(wrapped, fontsize=10)
-    fig.colorbar(image, ax=ax, label="Score")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,15 +257,4 @@ class NiahBenchmark:
         return score_metric(sample.metric, prediction, sample.references)
 
     def report(self, records: list[dict[str, Any]], folder: Path) -> dict[str, Any]:
-        cells = [
-            {
-                "context_length": r["meta"]["context_length"],
-                "depth_percent": r["meta"]["depth_percent"],
-                "score": r["score"],
-            }
-            for r in records
-        ]
-        if cells:
-            run = f"{folder.parents[1].name} · {folder.parent.name} · {folder.name}"  # model · policy · budget
-            heatmap(cells, folder / "heatmap.png", title=f"Needle in a Haystack: {run}")
-        return {"heatmap": "heatmap.png"} if cells else {}
+        return grid_report(records, folder, "Needle in a Haystack")

@@ -2,14 +2,14 @@
 
 Called as ``metric(prediction, references, **kwargs)``, it returns the score of one sample in
 ``[0, 1]`` (a single needle; with several references the best one counts). The registry of
-metric names is :mod:`restkv.eval.benchmarks.metrics`; ``rouge-score`` is imported when the metric first runs.
+metric names is :mod:`restkv.eval.benchmarks.contract.metrics`; ``rouge-score`` is imported when the metric first runs.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from restkv.eval.benchmarks.text_metrics import best, rouge_scorer
+from restkv.eval.benchmarks.shared.text_metrics import best, rouge_scorer
 
 __all__ = ["METRICS", "niah_rouge"]
 
@@ -28,4 +28,5 @@ def niah_rouge(prediction: str, references: list[str], **kwargs: Any) -> float:
 METRICS = {
     "niah_rouge": niah_rouge,
 }
-"""Needle-in-a-Haystack's metrics by the name a `Sample` carries (collected by `restkv.eval.benchmarks.metrics`)."""
+"""Needle-in-a-Haystack's metrics by the name a `Sample` carries (collected by
+`restkv.eval.benchmarks.contract.metrics`)."""

@@ -40,7 +40,7 @@ Deliberate differences from the official generator (``fit=official``, ``words=wo
   when given (``bench.english_words``), else the bundled ``english_words.txt``.
 * Where nothing fits, a clear error (RULER loops forever).
 * The essay haystack is Paul Graham's essays in RULER; here whatever
-  :func:`restkv.eval.benchmarks.haystack.load_haystack` returns for ``bench.haystack`` (the bundled novel by
+  :func:`restkv.eval.benchmarks.shared.haystack.load_haystack` returns for ``bench.haystack`` (the bundled novel by
   default), recorded in ``meta["haystack"]``.
 """
 

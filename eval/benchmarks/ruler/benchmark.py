@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from restkv.eval.benchmarks.haystack import check_haystack
-from restkv.eval.benchmarks.metrics import score as score_metric
+from restkv.eval.benchmarks.contract.metrics import score as score_metric
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.benchmarks.ruler.files import Found, find_files, read_samples, templated
 from restkv.eval.benchmarks.ruler.generator import check_settings, generate
 from restkv.eval.benchmarks.ruler.plan import RulerData
 from restkv.eval.benchmarks.ruler.tasks import OFFLINE_TASKS, task_config
 from restkv.eval.benchmarks.ruler.words import vocabulary
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.shared.haystack import check_haystack
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -25,10 +25,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from restkv.eval.benchmarks.jsonl import DataFileError, Field, check_fields, iter_jsonl, resolve_path
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.benchmarks.ruler.tasks import TASK_CONFIGS, task_config
 from restkv.eval.benchmarks.ruler.templates import FAMILIES, QUESTION_MARKERS, split_prompt
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.shared.jsonl import DataFileError, Field, check_fields, iter_jsonl, resolve_path
 
 SUBSETS = ("validation.jsonl", "test.jsonl")
 

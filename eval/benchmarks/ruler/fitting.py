@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.sample import Sample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from restkv.eval.benchmarks.contract.sample import Sample
 from restkv.eval.benchmarks.ruler.fitting import (
     Build,
     Fit,
@@ -28,7 +29,6 @@ from restkv.eval.benchmarks.ruler.plan import FITS, Job, Plan, RulerData
 from restkv.eval.benchmarks.ruler.tasks import task_config
 from restkv.eval.benchmarks.ruler.templates import FAMILIES
 from restkv.eval.benchmarks.ruler.words import VOCABULARIES, vocabulary
-from restkv.eval.benchmarks.sample import Sample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -2,7 +2,7 @@
 
 Called as ``metric(prediction, references, **kwargs)``, each returns the score of one sample in
 ``[0, 1]``: ``string_match_all`` averages over the references, ``string_match_part`` takes the
-best. The registry of metric names is :mod:`restkv.eval.benchmarks.metrics`.
+best. The registry of metric names is :mod:`restkv.eval.benchmarks.contract.metrics`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from restkv.eval.benchmarks.text_metrics import best
+from restkv.eval.benchmarks.shared.text_metrics import best
 
 __all__ = ["METRICS", "ruler_string_match_all", "ruler_string_match_part"]
 
@@ -47,4 +47,4 @@ METRICS = {
     "string_match_all": ruler_string_match_all,
     "string_match_part": ruler_string_match_part,
 }
-"""RULER's metrics by the name a `Sample` carries (collected by `restkv.eval.benchmarks.metrics`)."""
+"""RULER's metrics by the name a `Sample` carries (collected by `restkv.eval.benchmarks.contract.metrics`)."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from restkv.eval.benchmarks.haystack import haystack_name, load_haystack
 from restkv.eval.benchmarks.ruler.fitting import Build, Draft
 from restkv.eval.benchmarks.ruler.haystacks import Essay, essay_with_needles, lines_with_needles, parse_essay
 from restkv.eval.benchmarks.ruler.plan import Job, Plan
 from restkv.eval.benchmarks.ruler.templates import FAMILIES, NEEDLE_TEMPLATE, NOISE_SENTENCE, split_template
 from restkv.eval.benchmarks.ruler.words import Vocabulary, random_value
+from restkv.eval.benchmarks.shared.haystack import haystack_name, load_haystack
 
 HAYSTACKS = ("noise", "essay", "needle")
 

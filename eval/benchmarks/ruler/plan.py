@@ -23,7 +23,7 @@ FITS = ("official", "exact")
 class RulerData:
     """Where the non-synthetic inputs come from.
 
-    ``haystack``: essay haystack source for :func:`~restkv.eval.benchmarks.haystack.load_haystack`
+    ``haystack``: essay haystack source for :func:`~restkv.eval.benchmarks.shared.haystack.load_haystack`
     (a Paul Graham essays folder, a file, a bundled name; ``None`` = bundled evaluation text).
     ``squad`` / ``hotpotqa``: the official SQuAD 2.0 dev JSON (``dev-v2.0.json``) and HotpotQA
     dev distractor JSON (``hotpot_dev_distractor_v1.json``); ``None`` means

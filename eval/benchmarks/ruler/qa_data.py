@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from restkv.eval.benchmarks.reads import note
-from restkv.eval.benchmarks.records import DataFileError, Field, check_document
+from restkv.eval.benchmarks.contract.reads import note
 from restkv.eval.benchmarks.ruler.plan import RulerData
+from restkv.eval.benchmarks.shared.records import DataFileError, Field, check_document
 from restkv.eval.models.hub import hub_reachable
 from restkv.eval.models.paths import project_root
 
@@ -156,7 +156,7 @@ SQUAD = {
         fields={"paragraphs": Field((list,), "a list of paragraphs", fields=_SQUAD_PARAGRAPH)},
     )
 }  # fmt: skip
-"""SQuAD 2.0's layout, as far as qa_1 reads it (checked by `restkv.eval.benchmarks.records`)."""
+"""SQuAD 2.0's layout, as far as qa_1 reads it (checked by `restkv.eval.benchmarks.shared.records`)."""
 _HOTPOT_RECORD = {"question": _TEXT, "answer": _TEXT, "context": Field((list,), "[title, sentences]s", items=(list,))}
 HOTPOT = {"records": Field((list,), "a list of questions", nonempty=True, fields=_HOTPOT_RECORD)}
 """HotpotQA's layout (a list of records, checked as ``records``)."""

@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from restkv.eval.benchmarks.reads import note
+from restkv.eval.benchmarks.contract.reads import note
 
 WORDS_DIR = Path(__file__).resolve().parent.parent / "data" / "words"
 VOCABULARIES = ("wonderwords", "bundled")

@@ -4,7 +4,7 @@ Every problem is a :class:`DataFileError` (a ``ValueError``) whose message start
 ``<file>:<line>:``; for a file inside an archive the file part is ``<archive>:<member>``. A line
 that is not JSON, a line that is not a JSON object, a missing or empty field, a field of the wrong
 type and a missing id are all reported that way, naming the benchmark, the task and the field (the
-record checks are `restkv.eval.benchmarks.records`, shared by every loader).
+record checks are `restkv.eval.benchmarks.shared.records`, shared by every loader).
 
 Blank lines are skipped (the InfiniteBench scorer does the same); every other line must be one
 JSON object.
@@ -23,8 +23,8 @@ __all__ = [
     "resolve_path", "task_records",
 ]  # fmt: skip
 
-from restkv.eval.benchmarks.reads import note
-from restkv.eval.benchmarks.records import ID, DataFileError, Field, all_items, check_fields
+from restkv.eval.benchmarks.contract.reads import note
+from restkv.eval.benchmarks.shared.records import ID, DataFileError, Field, all_items, check_fields
 from restkv.eval.models.paths import local_path
 
 

@@ -12,26 +12,25 @@ names:
 * Needle-in-a-Haystack: `restkv.eval.benchmarks.niah.metrics`;
 * InfiniteBench: `restkv.eval.benchmarks.infinitebench.metrics`;
 
-and what several of them share (normalisation, token F1, ROUGE) is `restkv.eval.benchmarks.text_metrics`.
-This registry imports those modules by name when a metric is first looked up, as the policy registry
-loads its plugins: the benchmarks import the registry, never the other way round, so there is no loop.
-A new benchmark's metrics module is one more entry in `METRIC_MODULES`.
+and what several of them share (normalisation, token F1, ROUGE) is `restkv.eval.benchmarks.shared.text_metrics`.
+This registry finds those modules when a metric is first looked up: every benchmark package's ``metrics``
+module (`restkv.eval.benchmarks.contract.packages.declared`), imported by name as the policy registry loads its
+plugins. The benchmarks import the registry, never the other way round, so there is no loop; a new benchmark's
+metrics need no entry anywhere.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Protocol
 
-__all__ = ["METRIC_MODULES", "Metric", "get_metric", "metric_names", "score"]
+from restkv.eval.benchmarks.contract.packages import declared
 
-METRIC_MODULES = (
-    "restkv.eval.benchmarks.longbench.metrics",
-    "restkv.eval.benchmarks.ruler.metrics",
-    "restkv.eval.benchmarks.niah.metrics",
-    "restkv.eval.benchmarks.infinitebench.metrics",
-)
-"""Modules whose ``METRICS`` table (name -> metric) makes up the registry."""
+__all__ = ["Metric", "get_metric", "metric_modules", "metric_names", "score"]
+
+
+def metric_modules() -> list[str]:
+    """The modules whose ``METRICS`` table (name -> metric) makes up the registry: each benchmark's ``metrics``."""
+    return [module.__name__ for _, module in declared("metrics")]
 
 
 class Metric(Protocol):
@@ -48,14 +47,14 @@ _REGISTRY: dict[str, Metric] = {}
 
 
 def _registry() -> dict[str, Metric]:
-    """Every registered metric, the modules of `METRIC_MODULES` loaded on the first call (names never collide)."""
+    """Every registered metric, the benchmarks' ``metrics`` modules loaded on the first call (names never collide)."""
     if not _REGISTRY:
         owners: dict[str, str] = {}
-        for module in METRIC_MODULES:
-            for name, metric in importlib.import_module(module).METRICS.items():
+        for _, module in declared("metrics"):
+            for name, metric in module.METRICS.items():
                 if name in owners:
-                    raise RuntimeError(f"metric {name!r} is defined by both {owners[name]} and {module}")
-                owners[name] = module
+                    raise RuntimeError(f"metric {name!r} is defined by both {owners[name]} and {module.__name__}")
+                owners[name] = module.__name__
                 _REGISTRY[name] = metric
     return _REGISTRY
 

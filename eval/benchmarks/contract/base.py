@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.sample import Sample
 
 __all__ = ["Benchmark", "Sample"]
 

@@ -2,14 +2,17 @@
 
 Each task's records are written as the hub dataset holds them (parquet rows as JSON objects); AIME 2025 comes in
 two halves (I and II) whose records gain an ``id`` (``I-1`` ... ``II-15``). ``scripts/download_data.py math``
-fetches them.
+fetches them (`SOURCES`).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from restkv.eval.benchmarks.shared.fetching import Dataset, Network, Outcome, get_hub_jsonl, read_records, write_jsonl
+
+__all__ = ["HUB_FILES", "SOURCES", "read_records", "task_records", "write_jsonl"]
 
 HUB_FILES: dict[str, list[tuple[str, str]]] = {
     "math500": [("HuggingFaceH4/MATH-500", "test.jsonl")],
@@ -18,21 +21,6 @@ HUB_FILES: dict[str, list[tuple[str, str]]] = {
     "gsm8k": [("openai/gsm8k", "main/test-00000-of-00001.parquet")],
 }
 """Per task, the (hub dataset, file) pairs its records come from, in order."""
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines or parquet file."""
-    if path.suffix == ".parquet":
-        import pandas
-
-        return [{k: _plain(v) for k, v in row.items()} for row in pandas.read_parquet(path).to_dict("records")]
-    with open(path, encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
-
-
-def _plain(value: Any) -> Any:
-    """A parquet cell as a JSON value (numpy scalars to Python numbers)."""
-    return value.item() if hasattr(value, "item") else value
 
 
 def task_records(task: str, files: list[Path]) -> list[dict[str, Any]]:
@@ -45,7 +33,9 @@ def task_records(task: str, files: list[Path]) -> list[dict[str, Any]]:
     return records
 
 
-def write_jsonl(records: list[dict[str, Any]], dest: Path) -> None:
-    with open(dest, "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+def get_math(root: Path, force: bool, net: Network) -> Outcome:
+    return get_hub_jsonl("math", root / "math", force, net, HUB_FILES, task_records)
+
+
+SOURCES = (Dataset("math", get_math),)
+"""``math``: MATH-500, AIME 2024/2025 and GSM8K test problems from their hub datasets, into ``data/math/``."""

@@ -3,7 +3,8 @@
 LongBench and InfiniteBench both score QA answers with the SQuAD-style English token F1 and
 normalise Chinese text the same way; NIAH and InfiniteBench both use Google's ``rouge-score``.
 These pieces live here once; each benchmark's own metrics sit beside it in
-``eval/benchmarks/<benchmark>_metrics.py`` and the registry of metric names is :mod:`restkv.eval.benchmarks.metrics`.
+``eval/benchmarks/<benchmark>/metrics.py`` and the registry of metric names is
+:mod:`restkv.eval.benchmarks.contract.metrics`.
 
 ``rouge-score`` is imported only when a ROUGE scorer is first asked for, so importing the metrics
 costs nothing on machines (or in scripts) that never score a summary.

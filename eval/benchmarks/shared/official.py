@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from restkv.checks import check_choice
-from restkv.eval.benchmarks.jsonl import JsonlSource, open_jsonl, resolve_path
+from restkv.eval.benchmarks.shared.jsonl import JsonlSource, open_jsonl, resolve_path
 
 __all__ = [
     "CHAT_TEMPLATE_MODES",

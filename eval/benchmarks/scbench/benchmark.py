@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from restkv.eval.benchmarks.jsonl import Field, task_records
-from restkv.eval.benchmarks.metrics import score as score_metric
-from restkv.eval.benchmarks.official import LocalTaskFiles, cap_new_tokens
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.metrics import score as score_metric
+from restkv.eval.benchmarks.contract.sample import Sample
+from restkv.eval.benchmarks.shared.jsonl import Field, task_records
+from restkv.eval.benchmarks.shared.official import LocalTaskFiles, cap_new_tokens
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,8 @@ ANSWER = Field(
 TURN = {"input": Field((str,), "the turn's question (text)", nonempty=True), "answer": ANSWER}
 TURNS = Field((list,), "a non-empty list of turns, each {input, answer}", nonempty=True, fields=TURN)
 CONTEXT = Field((str, list), "the shared context (text, or a list of texts)", nonempty=True, items=(str, int, float))
-"""What a record must hold (checked by `restkv.eval.benchmarks.records`): a null or object answer is refused, never
-turned into the reference ``'None'``."""
+"""What a record must hold (checked by `restkv.eval.benchmarks.shared.records`): a null or object answer is
+refused, never turned into the reference ``'None'``."""
 
 
 def _text(value: Any) -> str:

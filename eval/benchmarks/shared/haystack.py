@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from restkv.eval.benchmarks.reads import note
+from restkv.eval.benchmarks.contract.reads import note
 
-HAYSTACK_DIR = Path(__file__).resolve().parent / "data" / "haystack"
+HAYSTACK_DIR = Path(__file__).resolve().parents[1] / "data" / "haystack"
 
 EVAL_HAYSTACK = "austen_emma"
 TRAIN_HAYSTACK = "austen_pride_and_prejudice"

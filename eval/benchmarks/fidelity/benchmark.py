@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from restkv.eval.benchmarks.base import Benchmark
-from restkv.eval.benchmarks.sample import Sample
+from restkv.eval.benchmarks.contract.base import Benchmark
+from restkv.eval.benchmarks.contract.sample import Sample
 
 
 @dataclass
