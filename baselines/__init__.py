@@ -17,6 +17,7 @@ from restkv.baselines.full_cache import FullCache
 from restkv.baselines.h2o import H2O
 from restkv.baselines.headkv import HeadKV
 from restkv.baselines.knorm import KNorm
+from restkv.baselines.kvzip import KVzip
 from restkv.baselines.l2norm import L2Norm
 from restkv.baselines.pyramidkv import PyramidKV
 from restkv.baselines.random_eviction import RandomEviction
@@ -40,6 +41,7 @@ __all__ = [
     "FullCache",
     "HeadKV",
     "KNorm",
+    "KVzip",
     "L2Norm",
     "PyramidKV",
     "RandomEviction",

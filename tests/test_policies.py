@@ -38,6 +38,7 @@ def test_registry_knows_every_policy() -> None:
         "headkv",
         "knorm",
         "kvpress",
+        "kvzip",
         "l2norm",
         "pyramidkv",
         "random",

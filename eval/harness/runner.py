@@ -183,6 +183,7 @@ def cache_size(compressor: Any) -> dict[str, Any]:
     if sizes is None:
         return {}
     summary = {f"cache_{key}": sizes[key] for key in ("head_tokens", "logical_bytes", "allocated_bytes")}
+    summary.update(compressor.record.scoring_summary())  # a scoring pass's extra forwards (KVzip), if any
     decoder = getattr(compressor, "decoder", None)
     if decoder is not None:  # cache size over time: mean tokens per layer after each decoding step that cut
         summary["decode_cache"] = [[e["step"], round(sum(e["tokens"]) / len(e["tokens"]), 1)] for e in decoder.sizes]
