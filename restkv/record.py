@@ -36,6 +36,8 @@ class PrefillRecord:
     """Tokens those forwards fed."""
     scoring_seconds: float | None = None
     """Their time, the device synchronised around them (None without a scoring pass)."""
+    notes: dict[str, Any] = field(default_factory=dict)
+    """What else the run's records should say of this prefill (the kvpress route that ran, `restkv.interop`)."""
 
     def scoring_summary(self) -> dict[str, Any]:
         """The scoring pass's forwards, tokens and seconds, for result files; empty without a scoring pass."""
@@ -47,6 +49,10 @@ class PrefillRecord:
             "scoring_pass_tokens": self.scoring_tokens,
             "scoring_pass_seconds": seconds,
         }
+
+    def extras(self) -> dict[str, Any]:
+        """`scoring_summary` and ``notes``, for each sample's record."""
+        return {**self.scoring_summary(), **self.notes}
 
     def size_summary(self) -> dict[str, Any]:
         """Totals over layers and the per-layer sizes, for result files."""
