@@ -51,3 +51,29 @@ def test_the_micro_variant_composes_offline() -> None:
         check_config(OmegaConf.to_container(cfg, resolve=True))
         assert cfg.model.name == "micro-llama" and cfg.protocol == "query_agnostic" and cfg.budget in BUDGETS
         instantiate(cfg.policy)
+
+
+def test_the_table_and_kvpress_layout_are_written(tmp_path) -> None:
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import kvpress_leaderboard_table as board
+
+    for policy, scores in {"restkv": [1, 1, 0, 1], "snapkv": [1, 0, 0, 0]}.items():
+        folder = tmp_path / "ruler" / "micro-llama" / policy / "budget0.5"
+        folder.mkdir(parents=True)
+        lines = [
+            {"id": f"s{i}", "task": "vt" if i % 2 else "cwe", "score": s, "prediction": "x", "references": ["x"]}
+            for i, s in enumerate(scores)
+        ]
+        (folder / "predictions.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n")
+    found = board.runs(tmp_path, "micro-llama")
+    text = board.table(found)
+    assert "| `restkv` | 75.0 (n=4) |" in text and "| `snapkv` | 25.0 (n=4); -50.0 [" in text and "ratio 0.5" in text
+    out = tmp_path / "kvpress"
+    assert board.write_kvpress_layout(found, out, "org/name", "4096") == 2
+    metrics = json.loads((out / "ruler__4096__org--name__snapkv__0.50" / "metrics.json").read_text())
+    assert metrics == {"cwe": {"string_match": 50.0}, "vt": {"string_match": 0.0}}
+    assert (out / "ruler__4096__org--name__restkv__0.50" / "predictions.csv").read_text().startswith("task,answer")
