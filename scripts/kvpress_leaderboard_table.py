@@ -1,7 +1,7 @@
 """The kvpress-leaderboard table of every policy run by ``experiment=kvpress_leaderboard[_micro]``, in one command.
 
-    python scripts/kvpress_leaderboard_table.py --runs results/runs --model micro-llama
-    python scripts/kvpress_leaderboard_table.py --runs results/runs --model llama-3.1-8b-instruct \\
+    python scripts/kvpress_leaderboard_table.py --runs results --model micro-llama
+    python scripts/kvpress_leaderboard_table.py --runs results --model llama-3.1-8b-instruct \\
         --kvpress-out results/kvpress_format --hub-model meta-llama/Llama-3.1-8B-Instruct
 
 Reads each run folder ``<runs>/<bench>/<model>/<policy>/budget<B>[...]/predictions.jsonl`` and prints a
@@ -90,7 +90,7 @@ def write_kvpress_layout(found: dict[tuple[str, float], list[dict]], out: Path, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=Path("results/runs"), help="the runs' out_dir")
+    parser.add_argument("--runs", type=Path, default=Path("results"), help="the runs' out_dir")
     parser.add_argument("--model", default="micro-llama", help="the model's config name (its folder)")
     parser.add_argument("--kvpress-out", type=Path, default=None, help="also write kvpress's evaluation layout here")
     parser.add_argument("--hub-model", default=None, help="the model's hub id in kvpress's folder names")

@@ -33,8 +33,7 @@ from torch import nn
 from restkv.allocation import HeadSelection
 from restkv.interop import EXTRA, KVPressMissing, compression_ratio, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
-from restkv.interop.press_catalogue import REFUSED
-from restkv.interop.press_hooks import HOOKED, HOOKED_WRAPPERS
+from restkv.interop.press_catalogue import HOOKED, HOOKED_WRAPPERS, REFUSED
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 from restkv.select import Budget
@@ -283,8 +282,8 @@ class KVPressPolicy(Policy):
         wrapper, scorer = self._split_settings()
         if "pyramid_beta" in scorer:  # PyramidKVPress's own beta (ours, policy.beta, drives policy.schedule)
             scorer = {**{k: v for k, v in scorer.items() if k != "pyramid_beta"}, "beta": scorer["pyramid_beta"]}
-        press = _built(kvpress, self.scorer, scorer, compression_ratio=ratio)
-        return press if self.inner is None else _built(kvpress, self.press, wrapper, press=press)
+        press = built_press(kvpress, self.scorer, scorer, compression_ratio=ratio)
+        return press if self.inner is None else built_press(kvpress, self.press, wrapper, press=press)
 
     def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | HeadSelection | None:
         """The layer's kept positions, ascending: ``[b, h_kv, n]``, or per head for AdaKV-style presses."""
@@ -311,7 +310,7 @@ class KVPressPolicy(Policy):
         return scores.topk(keep, dim=-1).indices.sort(dim=-1).values
 
 
-def _built(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
+def built_press(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
     """kvpress's press ``name`` built with ``settings`` (refused by name where this kvpress lacks one)."""
     cls = getattr(kvpress, name)
     known = set(inspect.signature(cls).parameters)

@@ -37,3 +37,31 @@ REFUSED: dict[str, str] = {
     "DMSPress": "it evicts by a score threshold (not a budget), during decoding too, through kvpress's mask",
 }
 """Presses that do not run here, and why (each names what to use instead where we have it)."""
+
+HOOKED: dict[str, tuple[str, ...]] = {
+    "KVzipPress": ("layerwise", "n_sink", "chunk_size"),
+    "KVgradPress": ("layerwise", "n_sink", "chunk_size"),
+    "KeyRerotationPress": (),
+    "DecodingPress": ("compression_interval",),
+    "CompressionRatioDecodingPress": ("compression_interval",),
+    "CAMPress": ("compression_interval",),
+    "PrefillDecodingPress": (),
+    "MergingPress": (),
+}
+"""Presses run through kvpress's own hooks around our prefill (`restkv.interop.press_hooks`), and the settings each
+takes (besides the budget's ratio or size)."""
+
+HOOKED_WRAPPERS = (
+    "KeyRerotationPress",
+    "DecodingPress",
+    "CompressionRatioDecodingPress",
+    "CAMPress",
+    "PrefillDecodingPress",
+    "MergingPress",
+)
+"""Of those, the ones that wrap a scorer press (``policy.inner``)."""
+
+DECODING = ("DecodingPress", "CompressionRatioDecodingPress", "CAMPress")
+"""Presses that compress while decoding (their context stays entered while the prompt decodes)."""
+SIZED = ("DecodingPress", "CAMPress")
+"""Of those, the ones whose budget is a number of tokens (their ``target_size``), not a ratio."""

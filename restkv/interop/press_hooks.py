@@ -26,53 +26,30 @@ import torch
 from torch import nn
 
 from restkv.interop import compression_ratio
+from restkv.interop.press_catalogue import DECODING, HOOKED, HOOKED_WRAPPERS, SIZED
 
-HOOKED: dict[str, tuple[str, ...]] = {
-    "KVzipPress": ("layerwise", "n_sink", "chunk_size"),
-    "KVgradPress": ("layerwise", "n_sink", "chunk_size"),
-    "KeyRerotationPress": (),
-    "DecodingPress": ("compression_interval",),
-    "CompressionRatioDecodingPress": ("compression_interval",),
-    "CAMPress": ("compression_interval",),
-    "PrefillDecodingPress": (),
-    "MergingPress": (),
-}
-"""Presses run through kvpress's hooks and the settings each takes (besides the budget's ratio or size)."""
-
-HOOKED_WRAPPERS = (
-    "KeyRerotationPress",
-    "DecodingPress",
-    "CompressionRatioDecodingPress",
-    "CAMPress",
-    "PrefillDecodingPress",
-    "MergingPress",
-)
-"""Of those, the ones that wrap a scorer press (``policy.inner``)."""
-
-DECODING = ("DecodingPress", "CompressionRatioDecodingPress", "CAMPress")
-"""Presses that compress while decoding (their context stays entered while the prompt decodes)."""
-SIZED = ("DecodingPress", "CAMPress")
-"""Of those, the ones whose budget is a number of tokens (their ``target_size``), not a ratio."""
+__all__ = ["DECODING", "HOOKED", "HOOKED_WRAPPERS", "SIZED", "PressHooks", "press_hooks", "route_summary"]
 
 
 def hooked_press(policy: Any, ratio: float, target: int) -> Any:
     """The kvpress press ``policy`` names, built for a ``ratio`` (prefill presses) or ``target`` tokens (decoding)."""
-    from restkv.interop.kvpress_policy import _built
-    from restkv.interop.kvpress_policy import require_kvpress as _require
+    from restkv.interop import require_kvpress
+    from restkv.interop.kvpress_policy import built_press
 
-    kvpress = _require()
+    kvpress = require_kvpress()
     settings = policy.settings()
     own = {k: v for k, v in settings.items() if k in HOOKED[policy.press]}
     if policy.inner is None:
-        return _built(kvpress, policy.press, own, compression_ratio=ratio)
-    inner = _built(kvpress, policy.inner, {k: v for k, v in settings.items() if k not in own}, compression_ratio=ratio)
+        return built_press(kvpress, policy.press, own, compression_ratio=ratio)
+    rest = {k: v for k, v in settings.items() if k not in own}
+    inner = built_press(kvpress, policy.inner, rest, compression_ratio=ratio)
     if policy.press in SIZED:
-        return _built(kvpress, policy.press, own, base_press=inner, target_size=target)
+        return built_press(kvpress, policy.press, own, base_press=inner, target_size=target)
     if policy.press == "CompressionRatioDecodingPress":
-        return _built(kvpress, policy.press, own, base_press=inner, target_compression_ratio=ratio)
+        return built_press(kvpress, policy.press, own, base_press=inner, target_compression_ratio=ratio)
     if policy.press == "PrefillDecodingPress":
-        return _built(kvpress, policy.press, own, prefilling_press=inner)
-    return _built(kvpress, policy.press, own, press=inner)
+        return built_press(kvpress, policy.press, own, prefilling_press=inner)
+    return built_press(kvpress, policy.press, own, press=inner)
 
 
 class PressHooks:
