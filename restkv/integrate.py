@@ -72,6 +72,7 @@ from restkv.policy import LayerInputs, Policy
 from restkv.quantize import Quantization, enabled_quantization
 from restkv.record import PrefillRecord as PrefillRecord  # re-exported
 from restkv.scoring import output_gram
+from restkv.scoring_pass import asks_scoring_pass, run_scoring_pass
 from restkv.select import Budget
 from restkv.storage import check_storage, stored_layer
 from restkv.varlen import VARLEN_KERNELS
@@ -284,11 +285,11 @@ class KVCompressor:
 
     def _before_layers(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
         self._forward.prompt = self._prefill_to_evict(args, kwargs)
-        self._forward.evicted = set()
+        self._forward.evicted, self._forward.call = set(), (args, kwargs) if asks_scoring_pass(self.policy) else None
         self._forward.use_cache = kwargs.get("use_cache")
 
     def _after_layers(self, module: nn.Module, args: tuple, output: Any) -> None:
-        prompt, self._forward.prompt = getattr(self._forward, "prompt", None), None
+        prompt, self._forward.prompt, self._forward.call = getattr(self._forward, "prompt", None), None, None
         if prompt is None or output is None:  # nothing to evict, or the forward raised: its error stands
             return
         evicted = self._forward.evicted
@@ -431,14 +432,14 @@ class KVCompressor:
         if self.decoder is not None and not self.decoder.eviction.evicts_prefill:
             self._store(cache, layer_cache, inputs, queries, None)  # phase='decode': the prompt stays whole
             return
-        if not self.policy.stages.allocation.across_layers:
+        if not (self.policy.stages.allocation.across_layers or asks_scoring_pass(self.policy)):
             self._store(cache, layer_cache, inputs, queries, self.policy.select(inputs, self.budget))
             return
         # one budget for all layers: hold each layer (its cache is still whole) until the last one is scored
         self._pending.append((cache, layer_cache, inputs, queries))
         if layer < self._last_evicted:
             return
-        pending, self._pending = self._pending, []
+        pending, self._pending = run_scoring_pass(self, self._pending), []  # a scoring pass first, if asked
         selections = self.policy.select_layers([entry[2] for entry in pending], self.budget)
         for entry, selection in zip(pending, selections, strict=True):
             self._store(*entry, selection)

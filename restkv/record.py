@@ -30,6 +30,29 @@ class PrefillRecord:
     sizes: list[LayerSize] = field(default_factory=list)
     eviction_seconds: float | None = None
     """Device time of eviction over all layers; None unless the compressor is ``timed``."""
+    scoring_forwards: int = 0
+    """Extra forwards a scoring-pass policy ran after the prefill (`restkv.scoring_pass`; 0 for the others)."""
+    scoring_tokens: int = 0
+    """Tokens those forwards fed."""
+    scoring_seconds: float | None = None
+    """Their time, the device synchronised around them (None without a scoring pass)."""
+    notes: dict[str, Any] = field(default_factory=dict)
+    """What else the run's records should say of this prefill (the kvpress route that ran, `restkv.interop`)."""
+
+    def scoring_summary(self) -> dict[str, Any]:
+        """The scoring pass's forwards, tokens and seconds, for result files; empty without a scoring pass."""
+        if not self.scoring_forwards:
+            return {}
+        seconds = None if self.scoring_seconds is None else round(self.scoring_seconds, 6)
+        return {
+            "scoring_pass_forwards": self.scoring_forwards,
+            "scoring_pass_tokens": self.scoring_tokens,
+            "scoring_pass_seconds": seconds,
+        }
+
+    def extras(self) -> dict[str, Any]:
+        """`scoring_summary` and ``notes``, for each sample's record."""
+        return {**self.scoring_summary(), **self.notes}
 
     def size_summary(self) -> dict[str, Any]:
         """Totals over layers and the per-layer sizes, for result files."""

@@ -121,7 +121,7 @@ def test_the_table_is_the_installed_kvpress() -> None:
 @pytest.mark.parametrize(
     ("press", "reason"),
     [
-        ("KeyRerotationPress", "re-rotates the kept keys"),
+        ("KVComposePress", "runs a second, eager forward over the prompt"),
         ("QFilterPress", "downloads its per-model filters"),
         ("ThinKPress", "policy.think_ratio is ThinK on any policy here"),
     ],

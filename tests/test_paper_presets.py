@@ -32,7 +32,12 @@ from restkv.eval.run import CONFIGS
 
 MICRO_PAPER = "paper_micro"
 """Not the authors' protocol: the micro model's stand-in for every artifact (tested at the end of this file)."""
-PRESETS = sorted(p.stem for p in (Path(CONFIGS) / "experiment").glob("*.yaml") if p.stem != MICRO_PAPER)
+PRESETS = sorted(
+    p.stem
+    for p in (Path(CONFIGS) / "experiment").glob("*.yaml")
+    if p.stem != MICRO_PAPER
+    and not p.stem.startswith("kvpress_")  # kvpress's protocol: tests/test_kvpress_leaderboard.py
+)
 FIXTURES = Path(__file__).parent / "fixtures"
 
 # --------------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer
 from restkv.eval.models.placement import check_device_map
 from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model, model_spec
 from restkv.fastpath import CHECKS, with_fallbacks
+from restkv.interop.press_hooks import press_hooks, route_summary
 from restkv.quantize import Quantization
 from restkv.registry import policy_defaults, resolve_policy
 from restkv.storage import check_storage
@@ -165,6 +166,7 @@ def cache_size(compressor: Any) -> dict[str, Any]:
     if sizes is None:
         return {}
     summary = {f"cache_{key}": sizes[key] for key in ("head_tokens", "logical_bytes", "allocated_bytes")}
+    summary.update(compressor.record.extras())  # a scoring pass's extra forwards (KVzip), the kvpress route
     decoder = getattr(compressor, "decoder", None)
     if decoder is not None:  # cache size over time: mean tokens per layer after each decoding step that cut
         summary["decode_cache"] = [[e["step"], round(sum(e["tokens"]) / len(e["tokens"]), 1)] for e in decoder.sizes]
@@ -197,6 +199,7 @@ def evaluate_missing(plan: Plan, log: PredictionLog, title: str) -> None:
     bar = tqdm(total=len(todo), desc=title, unit="sample", dynamic_ncols=True)
     with (
         bar,  # closed before any message about a stop is printed
+        press_hooks(model, plan.policy, plan.budget),  # kvpress's own hooks, for presses on that route
         compress(
             model,
             plan.policy,
@@ -239,7 +242,8 @@ def cache_summary(records: list[dict[str, Any]], layout: str, quantization: Quan
         for key in ("head_tokens", "logical_bytes", "allocated_bytes")
         if sized
     }
-    return {"layout": layout, "quantization": quantization.describe(), "samples_measured": len(sized), **means}
+    kept = {"layout": layout, "quantization": quantization.describe(), "samples_measured": len(sized), **means}
+    return {**kept, **route_summary(records)}  # kvpress's hooks route, if it ran
 
 
 def folder_records(plan: Plan, log: PredictionLog) -> list[dict[str, Any]]:

@@ -66,7 +66,8 @@ def _run_prefill(model: PreTrainedModel, settings: Settings, job: Job, ids: torc
     reserve = settings.decode_warmup_tokens + settings.decode_tokens if settings.prefill_cache == "preallocated" else 0
     with compressor_for(model, policy, job["budget"], reserve) as compressor:
         run, _ = prefill(model, ids, compressor)
-    return {"seconds": run.seconds, "eviction_seconds": run.eviction_seconds, "cache": run.cache}
+    scoring = {"scoring": run.scoring} if run.scoring else {}
+    return {"seconds": run.seconds, "eviction_seconds": run.eviction_seconds, "cache": run.cache, **scoring}
 
 
 def run_job(

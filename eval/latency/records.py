@@ -10,7 +10,7 @@ from restkv.eval.latency.bounds import bound_ms, decode_bytes
 from restkv.eval.latency.headwise import ATTENTION_NOTE, layout_line, layout_ratios
 from restkv.eval.latency.scoring_mode import AUTHORS
 from restkv.eval.latency.settings import Settings
-from restkv.eval.latency.timing import FULL
+from restkv.eval.latency.timing import FULL, scoring_fields
 
 ALTERNATION_NOTE = "times are medians over timed rounds that alternate every configuration (A B C A B C ...)"
 SCORING_NOTE = (
@@ -55,6 +55,7 @@ def prefill_entry(run: dict[str, Any], token_bytes: int) -> dict[str, Any]:
         **_per_layer(cache),
     }
     entry.update(_memory_fields(run.get("memory")))
+    entry.update(scoring_fields(timed))
     return entry
 
 

@@ -6,6 +6,7 @@ last token only, `torch.no_grad`), under `restkv.KVCompressor`.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ class PrefillRun:
     seconds: float
     eviction_seconds: float
     cache: dict[str, int]
+    scoring: dict[str, Any] | None = None
+    """A scoring pass's forwards, tokens and seconds (`restkv.record.PrefillRecord.scoring_summary`), if one ran."""
 
 
 def timed_calls(run: Callable[[], object], device: torch.device, calls: int) -> list[float]:
@@ -82,7 +85,8 @@ def prefill(model: PreTrainedModel, ids: torch.Tensor, compressor: KVCompressor)
     forward(model, ids, cache, 0)
     synchronize(*devices)
     seconds = time.perf_counter() - start
-    return PrefillRun(seconds, compressor.record.eviction_seconds, cache_bytes(cache)), cache
+    scoring = compressor.record.scoring_summary() or None
+    return PrefillRun(seconds, compressor.record.eviction_seconds, cache_bytes(cache), scoring), cache
 
 
 DECODE_WINDOW = 8
@@ -245,3 +249,18 @@ def decode_case(
         cache = filled(cache)
         before = cache_bytes(cache)
         return run(cache), before, attention(cache)
+
+
+def scoring_fields(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """A scoring pass's extra forwards (KVzip's reconstruction): how many, their tokens and seconds; inside
+    ``eviction_seconds``. Empty for policies without one."""
+    passes = [t["scoring"] for t in timed if t.get("scoring")]
+    if not passes:
+        return {}
+    seconds = [p["scoring_pass_seconds"] for p in passes]
+    return {
+        "scoring_pass_forwards": passes[0]["scoring_pass_forwards"],
+        "scoring_pass_tokens": passes[0]["scoring_pass_tokens"],
+        "scoring_pass_seconds_median": round(statistics.median(seconds), 6),
+        "scoring_pass_seconds": seconds,
+    }

@@ -33,7 +33,7 @@ from torch import nn
 from restkv.allocation import HeadSelection
 from restkv.interop import EXTRA, KVPressMissing, compression_ratio, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
-from restkv.interop.press_catalogue import REFUSED
+from restkv.interop.press_catalogue import HOOKED, HOOKED_WRAPPERS, REFUSED
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 from restkv.select import Budget
@@ -82,7 +82,7 @@ WINDOWS = {"SnapKVPress": ("window_size", 64), "TOVAPress": (None, 1), "PyramidK
 EAGER_ONLY = ("ObservedAttentionPress",)
 """Presses that read the attention weights, which only eager attention returns."""
 
-RUNNABLE = (*SUPPORTED, *WRAPPERS, *OWN_SELECTION)
+RUNNABLE = (*SUPPORTED, *WRAPPERS, *OWN_SELECTION, *HOOKED)
 """Every press ``policy.press`` may name."""
 
 
@@ -177,19 +177,22 @@ class KVPressPolicy(Policy):
     low_entropy_chunk_length: int | None = None
     block_size: int | None = None
     pyramid_beta: float | None = None
+    layerwise: bool | None = None
+    compression_interval: int | None = None
 
     allows_allocation: ClassVar[bool] = False  # the press selects per key/value head itself (see `select`)
 
     def __post_init__(self) -> None:
         if self.press not in RUNNABLE:
             raise ValueError(unknown_press_message(self.press))
-        if (self.press in WRAPPERS) != (self.inner is not None):
+        wraps = self.press in WRAPPERS or self.press in HOOKED_WRAPPERS
+        if wraps != (self.inner is not None):
             raise ValueError(
                 f"KVPressPolicy.inner={self.inner!r} is not allowed with press={self.press!r}: "
                 + (
                     f"{self.press} wraps a scorer press, so policy.inner must name one of {', '.join(SUPPORTED)}"
-                    if self.press in WRAPPERS
-                    else f"only the wrappers ({', '.join(WRAPPERS)}) take an inner press"
+                    if wraps
+                    else f"only the wrappers ({', '.join((*WRAPPERS, *HOOKED_WRAPPERS))}) take an inner press"
                 )
             )
         if self.inner is not None and self.inner not in SUPPORTED:
@@ -211,9 +214,16 @@ class KVPressPolicy(Policy):
             require_kvpress()
         except KVPressMissing:
             return  # refused when the runner asks whether it evicts (`evicts`)
-        self.build_press(0.0)  # the press's own checks, now
+        if self.route == "integration":
+            self.build_press(0.0)  # the press's own checks, now
         self._calls.open()
         weakref.finalize(self, self._calls.close)
+
+    @property
+    def route(self) -> str:
+        """``integration`` (evicted by our integration: the cache shrinks) or ``kvpress_hooks`` (kvpress's own hooks
+        around our prefill, `restkv.interop.press_hooks`)."""
+        return "kvpress_hooks" if self.press in HOOKED else "integration"
 
     @property
     def scorer(self) -> str:
@@ -234,7 +244,7 @@ class KVPressPolicy(Policy):
     def _split_settings(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(the wrapper's, the scorer's) settings: a wrapper claims its own names first."""
         given = self.settings()
-        own = WRAPPERS.get(self.press, ())
+        own = WRAPPERS.get(self.press, HOOKED.get(self.press, ()))
         return {k: v for k, v in given.items() if k in own}, {k: v for k, v in given.items() if k not in own}
 
     def validate(self) -> None:
@@ -250,7 +260,7 @@ class KVPressPolicy(Policy):
                 "per-layer budgets (policy.pyramid_beta is its beta)"
             )
         scorer = self._split_settings()[1]
-        takes = SUPPORTED.get(self.scorer) or OWN_SELECTION.get(self.scorer, ())
+        takes = SUPPORTED.get(self.scorer) or OWN_SELECTION.get(self.scorer) or HOOKED.get(self.scorer, ())
         extra = sorted(set(scorer) - set(takes))
         if extra:
             listed = ", ".join((*WRAPPERS.get(self.press, ()), *takes)) or "none"
@@ -261,9 +271,10 @@ class KVPressPolicy(Policy):
 
     @property
     def evicts(self) -> bool:  # type: ignore[override]
-        """True; asking is the runner's first look at a built policy, so a missing kvpress fails here."""
+        """True on the integration route (False on kvpress's hooks: the press evicts, our integration keeps what it
+        left); asking is the runner's first look at a built policy, so a missing kvpress fails here."""
         require_kvpress()
-        return True
+        return self.route == "integration"
 
     def build_press(self, ratio: float) -> Any:
         """The kvpress press with these settings and ``compression_ratio=ratio`` (a wrapper around its inner press)."""
@@ -271,11 +282,13 @@ class KVPressPolicy(Policy):
         wrapper, scorer = self._split_settings()
         if "pyramid_beta" in scorer:  # PyramidKVPress's own beta (ours, policy.beta, drives policy.schedule)
             scorer = {**{k: v for k, v in scorer.items() if k != "pyramid_beta"}, "beta": scorer["pyramid_beta"]}
-        press = _built(kvpress, self.scorer, scorer, compression_ratio=ratio)
-        return press if self.inner is None else _built(kvpress, self.press, wrapper, press=press)
+        press = built_press(kvpress, self.scorer, scorer, compression_ratio=ratio)
+        return press if self.inner is None else built_press(kvpress, self.press, wrapper, press=press)
 
     def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | HeadSelection | None:
         """The layer's kept positions, ascending: ``[b, h_kv, n]``, or per head for AdaKV-style presses."""
+        if self.route != "integration":
+            return None  # kvpress's hooks evict (`restkv.interop.press_hooks`)
         keep = self.layer_keep(inputs.length, budget, inputs.layer, inputs.num_layers)
         if keep >= inputs.length:
             return None
@@ -297,7 +310,7 @@ class KVPressPolicy(Policy):
         return scores.topk(keep, dim=-1).indices.sort(dim=-1).values
 
 
-def _built(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
+def built_press(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
     """kvpress's press ``name`` built with ``settings`` (refused by name where this kvpress lacks one)."""
     cls = getattr(kvpress, name)
     known = set(inspect.signature(cls).parameters)

@@ -1,0 +1,158 @@
+"""kvpress presses that run through kvpress's own hooks around our prefill (``route='kvpress_hooks'``).
+
+Presses that evict per layer from what the prefill computed run through our integration
+(`restkv.interop.kvpress_policy`: the cache shrinks, head-wise ones stored variable-length). The
+presses listed in `HOOKED` do more than that (extra forwards after the prefill, re-rotated keys,
+compression during decoding), so they run as kvpress runs them: around each prefill from an empty
+cache that exceeds the budget, the press's own context manager (``with press(model):``) is entered
+just before the model's forward and left right after it (KVzip-style presses score and compress
+when it is left); a decoding press's stays entered while the prompt decodes, until the next prefill.
+The press's ``compression_ratio`` is set per prompt from the budget
+(`restkv.interop.compression_ratio`); decoding presses take the budget as their ``target_size``.
+
+Our integration then keeps what the press left (the policy's ``evicts`` is False), and the record
+says what was kept: per layer the cache's length, and per head, for presses that evict head-wise,
+the length less the pairs kvpress masks (they stay in the cache: kvpress masks head-wise evictions
+at attention time rather than shrinking the cache; ``kvpress_cache='masked'`` in the records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+
+from restkv.interop import compression_ratio
+from restkv.interop.press_catalogue import DECODING, HOOKED, HOOKED_WRAPPERS, SIZED
+
+__all__ = ["DECODING", "HOOKED", "HOOKED_WRAPPERS", "SIZED", "PressHooks", "press_hooks", "route_summary"]
+
+
+def hooked_press(policy: Any, ratio: float, target: int) -> Any:
+    """The kvpress press ``policy`` names, built for a ``ratio`` (prefill presses) or ``target`` tokens (decoding)."""
+    from restkv.interop import require_kvpress
+    from restkv.interop.kvpress_policy import built_press
+
+    kvpress = require_kvpress()
+    settings = policy.settings()
+    own = {k: v for k, v in settings.items() if k in HOOKED[policy.press]}
+    if policy.inner is None:
+        return built_press(kvpress, policy.press, own, compression_ratio=ratio)
+    rest = {k: v for k, v in settings.items() if k not in own}
+    inner = built_press(kvpress, policy.inner, rest, compression_ratio=ratio)
+    if policy.press in SIZED:
+        return built_press(kvpress, policy.press, own, base_press=inner, target_size=target)
+    if policy.press == "CompressionRatioDecodingPress":
+        return built_press(kvpress, policy.press, own, base_press=inner, target_compression_ratio=ratio)
+    if policy.press == "PrefillDecodingPress":
+        return built_press(kvpress, policy.press, own, prefilling_press=inner)
+    return built_press(kvpress, policy.press, own, press=inner)
+
+
+class PressHooks:
+    """Enter the policy's press around each prefill of ``model`` that exceeds ``budget`` (see the module)."""
+
+    def __init__(self, model: nn.Module, policy: Any, budget: Any) -> None:
+        from restkv.cache import forward_inputs
+        from restkv.models import attention_layers
+
+        self.model, self.policy, self.budget = model, policy, budget
+        self.layers = attention_layers(model)
+        self._signature = inspect.signature(model.forward)
+        self._inputs = forward_inputs
+        self._stack: contextlib.ExitStack | None = None
+        self._length = 0
+        self._hooks: list[Any] = []
+
+    def __enter__(self) -> PressHooks:
+        self._hooks.append(self.model.register_forward_pre_hook(self._before, with_kwargs=True))
+        self._hooks.append(self.model.register_forward_hook(self._after, always_call=True))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    def _before(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        tokens, cache = self._inputs(self._signature, args, kwargs)
+        fresh = cache is None or cache.get_seq_length() == 0
+        if tokens is None or not fresh or tokens < 2:
+            return
+        if self._stack is not None:  # a decoding press left entered by the previous prompt
+            self._stack.close()
+            self._stack = None
+        keep = self.budget.tokens(tokens)
+        if keep >= tokens:
+            return
+        if self.policy.press in SIZED and self.budget.is_ratio:
+            raise ValueError(f"{self.policy.press} keeps a number of tokens (its target_size): give budget as tokens")
+        press = hooked_press(self.policy, compression_ratio(keep, tokens), keep)
+        self._length = tokens
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(press(self.model))
+
+    def _after(self, module: nn.Module, args: tuple, output: Any) -> None:
+        if self._stack is None or not self._length:
+            return
+        self._length, length = 0, self._length
+        if self.policy.press not in DECODING:
+            stack, self._stack = self._stack, None
+            with torch.no_grad():
+                stack.close()  # KVzip-style presses score and compress here
+        cache = getattr(output, "past_key_values", None)
+        if cache is not None:
+            self._write_record(cache, length)
+
+    def _write_record(self, cache: Any, length: int) -> None:
+        """The compressor's record from what the press left: each layer's length, less what kvpress masks."""
+        from restkv.attention import ACTIVE
+        from restkv.layouts import layer_size
+        from restkv.record import PrefillRecord
+
+        compressor = ACTIVE.get(self.layers[0])
+        if compressor is None:
+            return
+        record = PrefillRecord(prompt_length=length)
+        for module, layer in zip(self.layers, cache.layers, strict=False):
+            length, heads = layer.keys.shape[2], layer.keys.shape[1]
+            masked = getattr(module, "masked_key_indices", None)
+            if masked is None:
+                record.kept.append(length)
+                record.head_lengths.append(None)
+            else:
+                lengths = (length - torch.bincount(masked[1], minlength=heads)).tolist()
+                mean = sum(lengths) / heads
+                record.kept.append(int(mean) if mean.is_integer() else round(mean, 2))
+                record.head_lengths.append(lengths)
+            record.indices.append(None)
+            record.sizes.append(layer_size(layer))
+        record.notes = {"kvpress_route": "kvpress_hooks", "kvpress_cache": cache_kind(self.layers)}
+        compressor.record = record
+
+
+def cache_kind(layers: list[nn.Module]) -> str:
+    """``masked`` where kvpress left head-wise masks (the cache keeps its length), else ``shrunk``."""
+    return "masked" if any(getattr(m, "masked_key_indices", None) is not None for m in layers) else "shrunk"
+
+
+def route_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """For ``metrics.json``: the kvpress route the samples ran and whether the press masked or shrank their cache
+    (empty for runs that never took kvpress's hooks)."""
+    hooked = [r for r in records if r.get("kvpress_route") == "kvpress_hooks"]
+    if not hooked:
+        return {}
+    return {"kvpress_route": "kvpress_hooks", "kvpress_cache": sorted({r["kvpress_cache"] for r in hooked})}
+
+
+def press_hooks(model: nn.Module, policy: Any, budget: Any) -> contextlib.AbstractContextManager:
+    """`PressHooks` for a kvpress policy on the hooks route; a no-op context for every other policy."""
+    if getattr(policy, "route", None) != "kvpress_hooks":
+        return contextlib.nullcontext()
+    return PressHooks(model, policy, budget)
