@@ -12,6 +12,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from restkv import graphs
 from restkv.choices import PROTOCOLS as PROTOCOLS  # re-exported
+from restkv.chunked_prefill import chunked_prefill
 from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.fastpath import CHECKS
@@ -96,10 +97,11 @@ def prefill(
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol {protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
     cache = DynamicCache(config=model.config)
-    if protocol == "query_aware":
-        logits = forward_tokens(model, prompt.context + prompt.query, cache, 0)
+    run = lambda ids, start: forward_tokens(model, ids, cache, start)  # noqa: E731
+    if protocol == "query_aware":  # under compression.prefill_chunk, in chunks: the question ends the last one
+        logits = chunked_prefill(compressor, prompt.context + prompt.query, run)
     else:
-        logits = forward_tokens(model, prompt.context, cache, 0)
+        logits = chunked_prefill(compressor, prompt.context, run)
         if prompt.query:
             logits = forward_tokens(model, prompt.query, cache, len(prompt.context))
     kept = compressor.record.kept if compressor.active else []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from restkv.chunked_prefill import check_chunked_prefill
 from restkv.decode_eviction import DecodeEviction, check_decode_eviction
 from restkv.policy import Policy
 from restkv.quantize import Quantization
@@ -51,3 +52,12 @@ def decode_eviction_of(cfg: Any, policy: Policy, quantization: Quantization) -> 
     if batch not in ("auto", 1):
         raise ValueError(f"decode_batch={batch}: decode-time eviction decodes one prompt at a time; use 1 (or auto)")
     return eviction
+
+
+def prefill_chunk_of(cfg: Any, policy: Policy, eviction: DecodeEviction | None, model_config: Any = None) -> int | None:
+    """``compression.prefill_chunk`` (None: the prompt in one forward), checked against the policy, the decode-time
+    eviction and the model's config when it is known (`restkv.chunked_prefill.check_chunked_prefill`)."""
+    chunk = (cfg.get("compression") or {}).get("prefill_chunk")
+    if chunk is not None:
+        check_chunked_prefill(policy, chunk, model_config, eviction)
+    return chunk

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes and resolvers, wherever the run composes)
 from restkv import Budget, compress
+from restkv.chunked_prefill import enable_chunked_prefill
 from restkv.decode_eviction import DecodeEviction
 from restkv.devices import pick_device
 from restkv.eval.benchmarks.reads import recording
@@ -23,7 +24,7 @@ from restkv.eval.evaluation import Evaluation, Session
 from restkv.eval.evaluation.batched import resolve_decode_batch
 from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.evaluation.prompting import tokenize
-from restkv.eval.harness.compression import decode_eviction_of
+from restkv.eval.harness.compression import decode_eviction_of, prefill_chunk_of
 from restkv.eval.harness.identity import claimed_folder, run_identity
 from restkv.eval.harness.run_folder import (
     PredictionLog,
@@ -88,6 +89,8 @@ class Plan:
     """Prompts per decode step (``auto``: as many as free GPU memory holds); 1 decodes one prompt at a time."""
     decode_eviction: DecodeEviction | None = None
     """Eviction during decoding (``compression.phase=decode|both``), None for the paper's prefill-only eviction."""
+    prefill_chunk: int | None = None
+    """Tokens prefilled per forward, the cache cut after each (``compression.prefill_chunk``); None: one forward."""
 
 
 def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
@@ -143,7 +146,8 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
         unbatchable or why_unbatchable(evaluation, quantization),
     )
     parts = (spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
-    return Plan(*parts, quantization=quantization, decode_batch=batch, decode_eviction=eviction)
+    chunk = prefill_chunk_of(cfg, policy, eviction, model_config)
+    return Plan(*parts, quantization=quantization, decode_batch=batch, decode_eviction=eviction, prefill_chunk=chunk)
 
 
 def why_unbatchable(evaluation: Evaluation, quantization: Quantization) -> str | None:
@@ -226,9 +230,11 @@ def evaluate_missing(plan: Plan, log: PredictionLog, cfg: DictConfig, title: str
         ) as compressor,
     ):
         decode = "eager" if plan.decode_eviction else cfg.get("decode", "auto")  # the cache shrinks: the model's loop
+        enable_chunked_prefill(compressor, plan.prefill_chunk)
         session = Session(model, plan.tokenizer, compressor, cfg.protocol, eos, decode)
         for sample, prompt, outcome in outcomes(plan, session, todo, lambda: cache_size(compressor)):
-            log.append(record_for(sample, prompt, outcome))
+            chunked = {"prefill_chunk": plan.prefill_chunk} if plan.prefill_chunk else {}
+            log.append(record_for(sample, prompt, {**outcome, **chunked}))
             bar.update(1)
             bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
 
@@ -287,6 +293,8 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, cfg: Dic
         cache=cache_summary(records, cfg.get("layout", "auto"), plan.quantization),
         decode=decode_summary(records, cfg.get("decode", "auto"), plan.decode_batch),
     )
+    if plan.prefill_chunk:
+        summary["prefill_chunk"] = plan.prefill_chunk
     extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.base.Benchmark
     if extra is not None:
         summary.update(extra(records, folder))
@@ -312,7 +320,13 @@ def decode_summary(records: list[dict[str, Any]], setting: str, batch: int | str
 ADDED_SETTINGS = {
     "layout": "auto",
     "quantization": asdict(Quantization()),
-    "compression": {"phase": "prefill", "decode_budget": None, "decode_interval": 32, "decode_schedule": "interval"},
+    "compression": {
+        "phase": "prefill",
+        "decode_budget": None,
+        "decode_interval": 32,
+        "decode_schedule": "interval",
+        "prefill_chunk": None,
+    },
 }
 """Top-level settings added after run folders existed, at the value that reproduces what ran before them."""
 

@@ -158,7 +158,7 @@ def check_decode_batch(value: Any) -> None:
         raise ValueError(f"decode_batch={value!r} is not allowed; use auto or an integer >= 1 (1: one prompt a step)")
 
 
-COMPRESSION_KEYS = ("phase", "decode_budget", "decode_interval", "decode_schedule")
+COMPRESSION_KEYS = ("phase", "decode_budget", "decode_interval", "decode_schedule", "prefill_chunk")
 
 
 def check_compression(value: Any) -> None:
@@ -173,7 +173,7 @@ def check_compression(value: Any) -> None:
             raise ValueError(f"compression.{key} is not a setting; allowed: {allowed}{suggest(key, COMPRESSION_KEYS)}")
     _one_of("compression.phase", PHASES)(value.get("phase", "prefill"))
     _one_of("compression.decode_schedule", DECODE_SCHEDULES)(value.get("decode_schedule", "interval"))
-    for key, optional in (("decode_budget", True), ("decode_interval", False)):
+    for key, optional in (("decode_budget", True), ("decode_interval", False), ("prefill_chunk", True)):
         number = value.get(key, None if optional else 32)
         if number is None and optional:
             continue
