@@ -202,3 +202,22 @@ def test_the_setting_is_checked_before_any_work() -> None:
     for bad in (0, -4, 1.5, "512", True):
         with pytest.raises(ValueError, match=r"compression\.prefill_chunk"):
             check_compression({"prefill_chunk": bad})
+
+
+def test_the_latency_mode_measures_one_shot_against_chunked(tmp_path) -> None:
+    from restkv.eval.latency.cli import run as run_latency
+    from restkv.eval.latency.settings import Settings
+
+    settings = Settings(
+        name="chunked-test", shape="tiny-llama", mode="chunked", device="cpu", threads=1, contexts=[512],
+        policies=["full", "snapkv"], budgets=[64], prefill_chunks=[128], warmup=0, repeats=1, out_dir=str(tmp_path),
+    )  # fmt: skip
+    record = run_latency(settings, "test")
+    by_mode = {(e["policy"], e["chunk"]): e for e in record["entries"]}
+    assert set(by_mode) == {("full", None), ("snapkv", None), ("snapkv", 128)}
+    window = get_policy("snapkv").window
+    assert by_mode[("snapkv", None)]["kv_peak_tokens"] == by_mode[("full", None)]["kv_peak_tokens"] == 512
+    assert 64 < by_mode[("snapkv", 128)]["kv_peak_tokens"] <= 64 + window + 128
+    assert all(e["ttft_seconds"] > 0 and e["peak_bytes"] >= 0 and not e["oom"] for e in record["entries"])
+    table = (tmp_path / "chunked-test.md").read_text()
+    assert "| 512 | snapkv | 64 | chunk 128 |" in table and (tmp_path / "chunked-test.png").stat().st_size > 1000
