@@ -9,10 +9,12 @@ queries (SnapKV-CAOTE, so ``o`` is the window's average output), past tokens onl
 Which variant runs: the end-of-prefill one. The paper (arXiv 2504.14051) processes a long prompt block by block
 and evicts as the cache fills, so each block is scored against an already compressed cache; here, as for every
 other policy of this harness, the whole prompt is prefilled and evicted once at its end, from the same scores.
-The block-wise protocol needs prefill in chunks with eviction between them, which this harness does not have yet:
-results of ``policy=caote`` are the end-of-prefill variant's, not the paper's protocol. The authors' code is not
-public, so no recorded call is replayed; `tests/test_defensivekv.py` checks the scores against the written
-equation.
+By default results of ``policy=caote`` are the end-of-prefill variant's. ``compression.prefill_chunk=N``
+(`restkv.chunked_prefill`) gives the block-wise protocol's shape: the prompt prefilled N tokens at a time, each
+block attending to and scored against the cache already compressed, CAOTE's scores over what each layer holds
+with the block's last ``window`` queries, cut to the budget after every block. Whether its block size and the
+queries that score a block are the paper's cannot be checked: the authors' code is not public, so no recorded
+call is replayed; `tests/test_defensivekv.py` checks the scores against the written equation.
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ from restkv.cache import (
     support_cache_keyword,
 )
 from restkv.checks import check_choice, check_finite_cache
+from restkv.chunked_prefill import between_chunks, chunk_running
 from restkv.decoding.eviction import DecodeEviction, DecodeEvictor, check_decode_eviction
 from restkv.devices import synchronize
 from restkv.layouts import LAYOUTS, layer_size, store
@@ -161,8 +162,7 @@ class KVCompressor:
         if decode_eviction is not None:
             check_decode_eviction(policy, decode_eviction, layout, self.quantization)
         self.decoder = None if decode_eviction is None else DecodeEvictor(decode_eviction, policy.window, trace_decode)
-        self._entered = False
-        self._guard = self._layout_guard()
+        self._entered, self._guard = False, self._layout_guard()
         attention = type(self.layers[0])
         self._cache_keyword = cache_keyword(attention.forward)
         if self._cache_keyword is None:
@@ -172,8 +172,7 @@ class KVCompressor:
                 f"(supported: transformers{SUPPORTED_TRANSFORMERS})"
             )
         self._model_forward = inspect.signature(model.base_model.forward)
-        self.record = PrefillRecord()
-        self.active = True
+        self.record, self.active = PrefillRecord(), True
         self._captured: dict[int, tuple[torch.Tensor, int]] = {}
         self._grams: dict[int, torch.Tensor] = {}
         self._pending: list[tuple[Any, ...]] = []  # layers scored, not yet evicted (allocation='global')
@@ -367,7 +366,7 @@ class KVCompressor:
             return
         queries, length, softcap = captured
         layer_cache = cache.layers[module.layer_idx]
-        fresh = layer_cache.get_seq_length() == length
+        fresh = layer_cache.get_seq_length() == length or chunk_running(self)  # or a chunk of a chunked prefill
         if self.decoder is not None:  # the decode-time window starts with the prompt's last queries
             self.decoder.start() if fresh and module.layer_idx == 0 else None
             self.decoder.observe(module.layer_idx, queries, softcap)
@@ -429,6 +428,8 @@ class KVCompressor:
         if self.policy.evicts:
             check_finite_cache(layer, keys, values)
         inputs = self._layer_inputs(module, layer_cache, queries, softcap)
+        if between_chunks(self, cache, inputs):  # cut after a chunk before the prompt's last (restkv.chunked_prefill)
+            return
         if self.decoder is not None and not self.decoder.eviction.evicts_prefill:
             self._store(cache, layer_cache, inputs, queries, None)  # phase='decode': the prompt stays whole
             return

@@ -11,6 +11,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from restkv.choices import PROTOCOLS as PROTOCOLS  # re-exported
+from restkv.chunked_prefill import chunked_prefill
 from restkv.decoding import static_decoder
 from restkv.decoding.static_decoder import (
     DECODE_PATHS,
@@ -104,10 +105,11 @@ def prefill(
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol {protocol!r} is not allowed; choose one of: {', '.join(PROTOCOLS)}")
     cache = DynamicCache(config=model.config)
-    if protocol == "query_aware":
-        logits = forward_tokens(model, prompt.context + prompt.query, cache, 0)
+    run = lambda ids, start: forward_tokens(model, ids, cache, start)  # noqa: E731
+    if protocol == "query_aware":  # under compression.prefill_chunk, in chunks: the question ends the last one
+        logits = chunked_prefill(compressor, prompt.context + prompt.query, run)
     else:
-        logits = forward_tokens(model, prompt.context, cache, 0)
+        logits = chunked_prefill(compressor, prompt.context, run)
         if prompt.query:
             logits = forward_tokens(model, prompt.query, cache, len(prompt.context))
     kept = compressor.record.kept if compressor.active else []

@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 import restkv.eval.harness.config_tree  # noqa: F401  (the tree's typed nodes and resolvers, wherever the run composes)
 from restkv import Budget, compress
+from restkv.chunked_prefill import check_chunked_prefill, enable_chunked_prefill
 from restkv.devices import pick_device
 from restkv.eval.benchmarks.contract.reads import recording
 from restkv.eval.benchmarks.contract.sample import Sample
@@ -135,6 +136,9 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     folder = folder_of(settings, budget)
     identity = run_identity(values, weights_fingerprint(spec), input_digests([*read, *policy.input_files()]))
     parts = (spec, device, budget, policy, benchmark, evaluation, tokenizer, samples, skipped, identity, folder)
+    chunk = run.compression.prefill_chunk
+    if chunk is not None:  # the policy, the decode-time eviction and the model's config allow it
+        check_chunked_prefill(policy, chunk, model_config, decode.eviction)
     return Plan(*parts, settings=run, quantization=quantization, decode=decode)
 
 
@@ -209,9 +213,12 @@ def evaluate_missing(plan: Plan, log: PredictionLog, title: str) -> None:
             decode_eviction=plan.decode.eviction,
         ) as compressor,
     ):
+        chunk = plan.settings.compression.prefill_chunk
+        enable_chunked_prefill(compressor, chunk)
+        chunked = {"prefill_chunk": chunk} if chunk else {}  # recorded with each sample that ran in chunks
         session = Session(model, plan.tokenizer, compressor, plan.settings.protocol, eos, plan.decode.path)
         for sample, prompt, outcome in outcomes(plan, session, todo, lambda: cache_size(compressor)):
-            log.append(record_for(sample, prompt, outcome))
+            log.append(record_for(sample, prompt, {**outcome, **chunked}))
             bar.update(1)
             bar.set_postfix(score=f"{100 * outcome['score']:.0f}")
 
@@ -272,6 +279,8 @@ def summary_of(plan: Plan, records: list[dict[str, Any]], folder: Path, settings
         decode=decode_summary(records, plan.settings.decode, plan.decode.rows),
         answer_length=round(mean_answer_length(records), 3),  # mean generated tokens: the reports read it here
     )
+    if plan.settings.compression.prefill_chunk:
+        summary["prefill_chunk"] = plan.settings.compression.prefill_chunk
     extra = getattr(plan.benchmark, "report", None)  # optional: see restkv.eval.benchmarks.contract.base.Benchmark
     if extra is not None:
         summary.update(extra(records, folder))

@@ -98,7 +98,8 @@ def check_out_dir(out_dir: Any) -> Path:
 
 @dataclass(frozen=True)
 class Compression:
-    """``compression.*``: when eviction happens, and the decode-time budget, interval and schedule."""
+    """``compression.*``: when eviction happens, the decode-time budget, interval and schedule, and the prefill's
+    chunk."""
 
     phase: str = setting(
         "prefill",
@@ -119,6 +120,14 @@ class Compression:
         "authors' timing: the step after the sequence reaches a multiple of decode_interval).",
         choices=DECODE_SCHEDULES,
         before="interval",
+    )
+    prefill_chunk: int | None = setting(
+        None,
+        "null: the prompt in one forward | N: prefilled N tokens at a time, every layer cut to its budget after "
+        "each chunk by the policy's own scores (restkv.chunked_prefill).",
+        low=1,
+        null="for one forward per prompt",
+        before=None,
     )
 
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from restkv.eval.harness.config_tree import CONFIGS
 from restkv.eval.harness.errors import guarded
 from restkv.eval.latency import capacity, capacity_report, model_mode, scoring_mode
+from restkv.eval.latency.chunked_mode import run_chunked
 from restkv.eval.latency.modeling import cache_token_bytes
 from restkv.eval.latency.plots import plot
 from restkv.eval.latency.records import summarize, summarize_scoring, tables
@@ -63,6 +64,8 @@ def run(settings: Settings, command: str = "") -> dict[str, Any]:
     """Measure, write ``<out_dir>/<name>.json`` and the plots, print the tables; return the record."""
     if settings.mode == "capacity":
         return run_capacity(settings, command)
+    if settings.mode == "chunked":
+        return run_chunked(settings, command)
     record = measure(settings, command)
     path = settings.json_path()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ MASKED_CACHES = ("masked", "static")
 """Kinds read with a per-slot mask, which flash-attention does not take."""
 FILLS = ("synthetic", "prefill")
 BOUND_BANDWIDTHS = ("copy", "read")
-MODES = ("model", "scoring", "capacity")
+MODES = ("model", "scoring", "capacity", "chunked")
 
 
 def _positive_ints(values: Any) -> bool:
@@ -75,6 +75,7 @@ class Settings:
     capacity_policies: list[str] = field(default_factory=lambda: ["snapkv", "restkv", "ada_restkv"])
     capacity_budgets: list[Any] = field(default_factory=lambda: ["full", 0.5, 0.25, 0.125, 0.0625, 2048, 1024, 256])
     capacity_max_batch: int = 256
+    prefill_chunks: list[int] = field(default_factory=lambda: [4096])
     memory_cap_mib: int | None = None
     memory: bool = True
     memory_contexts: list[int] | None = None
@@ -117,6 +118,7 @@ class Settings:
             (_positive_ints(self.contexts), f"contexts={self.contexts}: lengths must be positive integers"),
             (_positive_ints(self.budgets), f"budgets={self.budgets}: budgets must be positive integers"),
             (_positive_ints(self.decode_budgets), f"decode_budgets={self.decode_budgets}: positive integers"),
+            (_positive_ints(self.prefill_chunks), f"prefill_chunks={self.prefill_chunks}: positive integers"),
             (self.repeats >= 1 and self.warmup >= 0, "repeats must be >= 1 and warmup >= 0"),
             (
                 all(_budget_spec(b) for b in self.capacity_budgets),

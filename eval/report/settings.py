@@ -22,6 +22,7 @@ class ActedSettings:
     budget: str
     """The prefill budget when eviction happened at the prompt's end, else `NOT_ACTING`."""
     phase: str
+    """``prefill``, ``decode`` or ``both``; ``prefill/chunk=N`` under ``compression.prefill_chunk=N``."""
     decode_budget: str
     decode_interval: str
     evaluation: str
@@ -51,7 +52,7 @@ def acted_settings(config: dict[str, Any], metrics: dict[str, Any], folder_budge
         protocol = "query_agnostic"
     return ActedSettings(
         budget=NOT_ACTING if phase == "decode" else folder_budget,
-        phase=phase,
+        phase=f"{phase}/chunk={compression['prefill_chunk']}" if compression.get("prefill_chunk") else phase,
         decode_budget=str(compression.get("decode_budget")) if decoding else NOT_ACTING,
         decode_interval=str(compression.get("decode_interval")) if decoding else NOT_ACTING,
         evaluation=evaluation,
