@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from restkv import scoring
+from restkv import scoring, spatial
 from restkv.baselines.criticalkv import projected_value_norms
 from restkv.checks import check_choice, check_number
 from restkv.policy import LayerInputs, Policy
@@ -48,7 +48,7 @@ def mass_preserving_pool(attention: torch.Tensor, kernel: int) -> torch.Tensor:
     """Average-pool each row of ``[b, h, w, P]`` along positions, rescaled to the row's mass before pooling."""
     b, h, w, past = attention.shape
     rows = attention.reshape(b, h * w, past)
-    pooled = scoring.avgpool(rows, kernel)
+    pooled = spatial.avgpool(rows, kernel)
     pooled = pooled / pooled.sum(dim=-1, keepdim=True) * rows.sum(dim=-1, keepdim=True)
     return pooled.view(b, h, w, past)
 

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from restkv import scoring
+from restkv import spatial
 from restkv.checks import check_choice, check_number
 from restkv.head_selection import HeadSelection
 from restkv.policy import LayerInputs, Policy
@@ -56,7 +56,7 @@ def rkv_importance(inputs: LayerInputs, window: int, kernel: int) -> torch.Tenso
     if inputs.softcap is not None:
         logits = torch.tanh(logits / inputs.softcap) * inputs.softcap
     attention = logits[..., : length - window].softmax(dim=-1).mean(dim=-2)
-    return scoring.maxpool(attention, kernel)
+    return spatial.maxpool(attention, kernel)
 
 
 def rkv_redundancy(keys: torch.Tensor, window: int, threshold: float) -> torch.Tensor:

@@ -57,7 +57,6 @@ from restkv.cache import (
     CACHE_KEYWORDS,
     DECODE_RESERVE_CHUNK,
     cache_keyword,
-    forward_inputs,
     passed_cache,
     support_cache_keyword,
 )
@@ -66,10 +65,14 @@ from restkv.chunked_prefill import between_chunks, chunk_running
 from restkv.decoding.eviction import DecodeEviction, DecodeEvictor, check_decode_eviction
 from restkv.devices import synchronize
 from restkv.layouts import LAYOUTS, layer_size, store
+from restkv.missed_eviction import not_evicted_message, prefill_to_evict
+from restkv.models import SUPPORTED_ATTENTION as SUPPORTED_ATTENTION  # re-exported
 from restkv.models import SUPPORTED_MODELS as SUPPORTED_MODELS  # re-exported
+from restkv.models import SUPPORTED_TRANSFORMERS as SUPPORTED_TRANSFORMERS  # re-exported
 from restkv.models import attention_layers as attention_layers  # re-exported
 from restkv.models import check_attention, check_layers
 from restkv.policy import LayerInputs, Policy
+from restkv.prefill_gate import PrefillGate
 from restkv.quantize import Quantization, enabled_quantization
 from restkv.record import PrefillRecord as PrefillRecord  # re-exported
 from restkv.scoring import output_gram
@@ -79,10 +82,6 @@ from restkv.storage import check_storage, stored_layer
 from restkv.varlen import VARLEN_KERNELS
 from restkv.windows import windowed_layers
 
-SUPPORTED_TRANSFORMERS = ">=5.2,<6"
-"""The transformers releases restkv supports (pyproject's pin; CI tests the oldest 5.2.x and the newest)."""
-SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2")
-"""Backends eviction runs under (flash_attention_2 is covered by the `gpu`-marked tests; others are refused)."""
 DECODE_KERNELS = ("model", "gemm")
 """``model``: decode steps use the model's attention function (bit-identical to running without
 compression); ``gemm``: on CPU, `restkv.decoding.cpu_attention.decode_attention` (the same attention, computed as
@@ -177,8 +176,7 @@ class KVCompressor:
         self._grams: dict[int, torch.Tensor] = {}
         self._pending: list[tuple[Any, ...]] = []  # layers scored, not yet evicted (allocation='global')
         self._hooks: list[Any] = []
-        self._lock = threading.Lock()
-        self._owner: threading.Thread | None = None  # the thread whose prefill is in flight
+        self._gate = PrefillGate(self._captured.clear)  # the thread whose prefill is in flight
         self._forward = threading.local()  # per thread: what its forward in flight must evict, what it evicted
 
     # -- context management ------------------------------------------------------------------------
@@ -210,9 +208,7 @@ class KVCompressor:
         for module in self.layers:
             ACTIVE.pop(module, None)
         uninstall(self.implementation)
-        with self._lock:
-            self._owner = None
-            self._captured.clear()
+        self._gate.reset()
         self._grams.clear()
 
     def reserve_decode(self, tokens: int) -> None:
@@ -232,58 +228,13 @@ class KVCompressor:
 
     # -- the two halves of the mechanism ---------------------------------------------------------------
 
-    def _begin_prefill(self, layer: int) -> None:
-        """Make this thread's prefill the one in flight, or refuse it if another thread's is.
-
-        State left by an interrupted prefill is dropped: that of a thread that has ended, and this
-        thread's own when it starts a new prefill (at layer 0).
-        """
-        me = threading.current_thread()
-        with self._lock:
-            owner = self._owner
-            if owner is not None and owner is not me and owner.is_alive():
-                raise RuntimeError(
-                    f"a prefill started in thread {me.name!r} while thread {owner.name!r} is in the middle of a "
-                    "prefill under the same compressor; one compressor holds one prefill's captured queries and "
-                    "record at a time, so the two would mix and give wrong outputs. Give each thread its own copy "
-                    "of the model under its own compress(...), or serialise the calls (hold a lock around each "
-                    "generate or forward)"
-                )
-            if owner is not me or layer == 0:
-                self._captured.clear()
-            self._owner = me
-
-    def _end_prefill(self) -> None:
-        """Release the compressor if this thread's prefill is in flight (no-op otherwise)."""
-        with self._lock:
-            if self._owner is threading.current_thread():
-                self._owner = None
-                self._captured.clear()
-
-    def _owns_prefill(self) -> bool:
-        # No lock needed: only this thread sets the owner to itself or clears it from itself.
-        return self._owner is threading.current_thread()
-
     def _after_forward(self, module: nn.Module, args: tuple, output: Any) -> None:
-        self._end_prefill()
+        self._gate.end()
 
-    # -- no silent no-op: a prefill that should evict must have evicted every layer ---------------------
-
-    def _prefill_to_evict(self, args: tuple, kwargs: dict) -> int | None:
-        """The prompt length of a forward that must evict (from an empty cache, longer than the budget), else None.
-
-        Read from the forward's own arguments, not from what the hooks saw, so that hooks that never
-        fire cannot hide it.
-        """
-        if not (self.active and self.policy.evicts):
-            return None
-        tokens, cache = forward_inputs(self._model_forward, args, kwargs)
-        appends = cache is not None and (not isinstance(cache, Cache) or cache.get_seq_length() > 0)
-        # unreadable arguments, a decoding step, a question appended after eviction, a prompt within the budget
-        return None if tokens is None or appends or self.budget.tokens(tokens) >= tokens else tokens
+    # -- no silent no-op: a prefill that should evict must have evicted every layer (restkv.missed_eviction) --
 
     def _before_layers(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
-        self._forward.prompt = self._prefill_to_evict(args, kwargs)
+        self._forward.prompt = prefill_to_evict(self, args, kwargs)
         self._forward.evicted, self._forward.call = set(), (args, kwargs) if asks_scoring_pass(self.policy) else None
         self._forward.use_cache = kwargs.get("use_cache")
 
@@ -293,32 +244,12 @@ class KVCompressor:
             return
         evicted = self._forward.evicted
         if len(evicted) < len(self.layers):
-            raise RuntimeError(self._not_evicted_message(prompt, evicted))
-
-    def _not_evicted_message(self, prompt: int, evicted: set[int]) -> str:
-        layers = len(self.layers)
-        if evicted:
-            missed = [layer for layer in range(layers) if layer not in evicted]
-            what = f"layers {', '.join(map(str, missed))} of {layers} were not evicted (layers {sorted(evicted)} were)"
-        else:
-            what = f"none of its {layers} attention layers was evicted"
-        no_cache = " or the forward ran without a cache (use_cache=False)" if self._forward.use_cache is False else ""
-        return (
-            f"compress() did not evict a prefill it should have: {type(self.model).__name__} on transformers "
-            f"{transformers.__version__} prefilled {prompt} tokens from an empty cache under "
-            f"{type(self.policy).__name__} with budget {self.budget} ({self.budget.tokens(prompt)} tokens per layer "
-            f"expected), but {what}, so the cache holds the whole prompt and the outputs are not those of eviction. "
-            f"The eviction hooks did not see this forward's attention or its cache (restkv captures the queries in "
-            f"the attention function registered for {self.implementation!r} in transformers' AttentionInterface and "
-            f"evicts in a forward hook on each attention module, which must receive the cache as "
-            f"{self._cache_keyword}=){no_cache}. This transformers release may call attention or pass the cache "
-            f"differently: restkv supports transformers{SUPPORTED_TRANSFORMERS} with {', '.join(SUPPORTED_MODELS)}"
-        )
+            raise RuntimeError(not_evicted_message(self, prompt, evicted, self._forward.use_cache))
 
     def _capture(self, module: nn.Module, query: torch.Tensor, softcap: float | None = None) -> None:
         if not self.active:
             return
-        self._begin_prefill(module.layer_idx)
+        self._gate.begin(module.layer_idx)
         length = query.shape[2]
         kept = query if self.policy.needs_all_queries else query[:, :, -self.policy.query_count :]
         self._captured[module.layer_idx] = (kept, length, softcap)
@@ -331,7 +262,7 @@ class KVCompressor:
         return self._grams[layer]
 
     def _after_attention(self, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if not self._owns_prefill():
+        if not self._gate.owned():
             if self.decoder is not None and self.active and module.layer_idx not in self.windowed:
                 with torch.no_grad():
                     self._decode_step(module, kwargs)
@@ -339,10 +270,10 @@ class KVCompressor:
         try:
             self._evict_layer(module, kwargs)
         except BaseException:
-            self._end_prefill()
+            self._gate.end()
             raise
         if module.layer_idx == len(self.layers) - 1:
-            self._end_prefill()
+            self._gate.end()
 
     def _decode_step(self, module: nn.Module, kwargs: dict) -> None:
         """After a decoding step's attention: cut the layer when `restkv.decoding.eviction` says it is due."""

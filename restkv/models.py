@@ -12,6 +12,10 @@ from torch import nn
 
 from restkv.policy import Policy
 
+SUPPORTED_TRANSFORMERS = ">=5.2,<6"
+"""The transformers releases restkv supports (pyproject's pin; CI tests the oldest 5.2.x and the newest)."""
+SUPPORTED_ATTENTION = ("eager", "sdpa", "flash_attention_2")
+"""Backends eviction runs under (flash_attention_2 is covered by the `gpu`-marked tests; others are refused)."""
 SUPPORTED_MODELS = (
     "LlamaForCausalLM",
     "MistralForCausalLM",

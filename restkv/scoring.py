@@ -2,7 +2,7 @@
 
 A scoring policy ranks every *past* token (all but the observation window) of one layer:
 
-    window attention -> indicator -> temporal aggregation -> spatial smoothing
+    window attention -> indicator -> temporal aggregation -> spatial smoothing (`restkv.spatial`)
 
 Shapes used throughout (``b`` batch, ``h`` query heads, ``h_kv`` key/value heads, ``w`` window,
 ``L`` sequence, ``P = L - w`` past tokens, ``d`` head dim):
@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 
 import torch
-import torch.nn.functional as F
 
 from restkv.fastpath import CHECKS, far_apart
 from restkv.worksizes import rows_at_once
@@ -371,75 +370,6 @@ def value_norms(values: torch.Tensor, num_heads: int, past: int) -> torch.Tensor
     """``||v_j||`` of past tokens for every query head: ``[b, h, P]``."""
     norms = values[:, :, :past].float().norm(dim=-1)
     return norms.repeat_interleave(num_heads // values.shape[1], dim=1)
-
-
-# --- spatial smoothing along positions -------------------------------------------------------------
-
-SPATIAL = ("none", "avgpool", "maxpool", "adaptive")
-
-
-def avgpool(scores: torch.Tensor, kernel: int) -> torch.Tensor:
-    """Centred moving average; the zero padding is counted, as in SnapKV."""
-    return F.avg_pool1d(scores, kernel, stride=1, padding=kernel // 2, count_include_pad=True)
-
-
-def maxpool(scores: torch.Tensor, kernel: int) -> torch.Tensor:
-    """Centred moving maximum; padding never wins."""
-    return F.max_pool1d(scores, kernel, stride=1, padding=kernel // 2)
-
-
-def attention_drift(window_attn: torch.Tensor, k: int) -> torch.Tensor:
-    """ReST-KV's signed drift ``[b, h]`` of where the window looks.
-
-    Mean position of each query's ``k`` most attended keys (window keys included) over the
-    first half of the window, minus the same over the second half. The reference code pairs
-    the two halves rank by rank, but a mean of differences only depends on the two sets.
-    With an odd window the middle row is left out so the halves have equal size.
-    """
-    half = window_attn.shape[-2] // 2
-    k = min(k, window_attn.shape[-1])
-    top = window_attn.topk(k, dim=-1, sorted=False).indices.double()  # [b, h, w, k]
-    return top[..., :half, :].mean(dim=(-1, -2)) - top[..., half : 2 * half, :].mean(dim=(-1, -2))
-
-
-def adaptive_kernel(drift: torch.Tensor, scale: float, min_kernel: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-head kernel size and shift from the drift, as in the reference code.
-
-    kernel ``max(min_kernel, 2 * floor(|s| / scale) + 1)``; shift ``floor(s / scale)`` when
-    ``s > 0`` else ``floor(s / scale) + 1``. (That formula gives shift 1 at exactly ``s == 0``;
-    we keep it for parity.)
-    """
-    ratio = drift / scale
-    kernel = (2 * torch.floor(ratio.abs()) + 1).clamp_min(min_kernel).long()
-    shift = torch.where(drift > 0, torch.floor(ratio), torch.floor(ratio) + 1).long()
-    return kernel, shift
-
-
-def shifted_average(scores: torch.Tensor, kernel: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Moving average with a per-row odd ``kernel`` and ``shift``, edge values replicated.
-
-    Row ``r`` is padded with ``kernel//2 - shift`` copies of its first value on the left and
-    ``kernel//2 + shift`` of its last on the right, then averaged with stride 1. Computed from
-    float64 prefix sums so every row is done at once, whatever its kernel.
-    """
-    n = scores.shape[-1]
-    x = scores.double()
-    prefix = F.pad(x.cumsum(-1), (1, 0))  # prefix[..., j] = sum of x[..., :j]
-    pos = torch.arange(n, device=scores.device)
-    lo = pos - (kernel // 2 - shift).unsqueeze(-1)  # first index of each window (may be < 0)
-    hi = lo + kernel.unsqueeze(-1) - 1  # last index (may be >= n)
-    inner = prefix.gather(-1, hi.clamp(0, n - 1) + 1) - prefix.gather(-1, lo.clamp(0, n - 1))
-    left = (-lo).clamp_min(0) * x[..., :1]
-    right = (hi - (n - 1)).clamp_min(0) * x[..., -1:]
-    return ((inner + left + right) / kernel.unsqueeze(-1)).to(scores.dtype)
-
-
-def adaptive_smooth(
-    scores: torch.Tensor, window_attn: torch.Tensor, k: int, scale: float, min_kernel: int
-) -> torch.Tensor:
-    """ReST-KV's spatial smoothing: a per-head shifted average sized by the attention drift."""
-    kernel, shift = adaptive_kernel(attention_drift(window_attn, k), scale, min_kernel)
-    return shifted_average(scores, kernel, shift)
 
 
 def is_finite_positive(value: float) -> bool:

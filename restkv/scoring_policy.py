@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from restkv import scoring
+from restkv import scoring, spatial
 from restkv.checks import check_choice, check_number
 from restkv.policy import LayerInputs, Policy
 
@@ -56,7 +56,7 @@ class ScoringPolicy(Policy):
         check_choice(owner, "indicator", self.indicator, INDICATORS)
         check_choice(owner, "temporal", self.temporal, scoring.TEMPORAL)
         check_choice(owner, "order", self.order, ORDERS)
-        check_choice(owner, "spatial", self.spatial, scoring.SPATIAL)
+        check_choice(owner, "spatial", self.spatial, spatial.SPATIAL)
         check_number(owner, "alpha", self.alpha, low=0, high=1)
         check_number(owner, "tau", self.tau, low=0)
         check_number(owner, "power", self.power, low=0)
@@ -114,9 +114,9 @@ class ScoringPolicy(Policy):
     def smooth(self, scores: torch.Tensor, attention: torch.Tensor, keep: int) -> torch.Tensor:
         """Spatial smoothing of ``[b, h, P]`` scores along positions."""
         if self.spatial == "avgpool":
-            return scoring.avgpool(scores, self.kernel)
+            return spatial.avgpool(scores, self.kernel)
         if self.spatial == "maxpool":
-            return scoring.maxpool(scores, self.kernel)
+            return spatial.maxpool(scores, self.kernel)
         if self.spatial == "adaptive":
-            return scoring.adaptive_smooth(scores, attention, keep - self.window, self.scale, self.kernel)
+            return spatial.adaptive_smooth(scores, attention, keep - self.window, self.scale, self.kernel)
         return scores

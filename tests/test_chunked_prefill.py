@@ -20,7 +20,7 @@ from transformers import DynamicCache
 from restkv import compress, get_policy
 from restkv.allocation import HeadSelection
 from restkv.chunked_prefill import chunk_bounds, chunked_prefill, enable_chunked_prefill
-from restkv.decode_eviction import DecodeEviction
+from restkv.decoding.eviction import DecodeEviction
 from restkv.eval.evaluation.decoding import prefill
 from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.quantize import Quantization
@@ -195,13 +195,14 @@ def test_a_chunked_run_states_its_chunk_and_resumes(tmp_path, capsys) -> None:
 
 
 def test_the_setting_is_checked_before_any_work() -> None:
-    from restkv.eval.harness.validate import check_compression
+    from restkv.eval.harness.settings import CHECKS, Settings
 
-    check_compression({"prefill_chunk": None})
-    check_compression({"prefill_chunk": 512})
+    assert Settings.of({}).compression.prefill_chunk is None
+    CHECKS["compression"]({"prefill_chunk": None})
+    assert Settings.of({"compression": {"prefill_chunk": 512}}).compression.prefill_chunk == 512
     for bad in (0, -4, 1.5, "512", True):
         with pytest.raises(ValueError, match=r"compression\.prefill_chunk"):
-            check_compression({"prefill_chunk": bad})
+            CHECKS["compression"]({"prefill_chunk": bad})
 
 
 def test_the_latency_mode_measures_one_shot_against_chunked(tmp_path) -> None:

@@ -267,7 +267,7 @@ def test_headwise_synthetic_layouts_decode_the_same_tokens() -> None:
 
 
 def test_headwise_layouts_in_the_benchmark(tmp_path: Path) -> None:
-    from restkv.eval.latency.records import tables
+    from restkv.eval.latency.tables import tables
 
     settings = tiny_settings(
         tmp_path,

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from restkv import scoring
+from restkv import scoring, spatial
 
 
 def test_ema_weights_equal_the_recursion() -> None:
@@ -110,7 +110,7 @@ def reference_shifted_average(row: torch.Tensor, kernel: int, shift: int) -> tor
 @pytest.mark.parametrize(("kernel", "shift"), [(5, 0), (5, 1), (5, -2), (7, 3), (9, -4), (3, 1), (41, 20)])
 def test_shifted_average_matches_pad_and_pool(kernel: int, shift: int) -> None:
     rows = torch.rand(2, 3, 30) * torch.logspace(-6, 2, 30)
-    got = scoring.shifted_average(rows, torch.full((2, 3), kernel), torch.full((2, 3), shift))
+    got = spatial.shifted_average(rows, torch.full((2, 3), kernel), torch.full((2, 3), shift))
     for b in range(2):
         for h in range(3):
             torch.testing.assert_close(
@@ -120,7 +120,7 @@ def test_shifted_average_matches_pad_and_pool(kernel: int, shift: int) -> None:
 
 def test_adaptive_kernel_follows_the_reference_formula() -> None:
     drift = torch.tensor([0.0, 1.5, -1.5, 4.2, -4.2, 12.0, -12.0, -4.0])
-    kernel, shift = scoring.adaptive_kernel(drift, scale=2.0, min_kernel=5)
+    kernel, shift = spatial.adaptive_kernel(drift, scale=2.0, min_kernel=5)
     assert kernel.tolist() == [5, 5, 5, 5, 5, 13, 13, 5]
     # floor(s/scale) for s > 0; floor(s/scale) + 1 otherwise (so exactly 0 gives 1, as in their code)
     assert shift.tolist() == [1, 0, 0, 2, -2, 6, -5, -1]
@@ -130,7 +130,7 @@ def test_drift_is_positive_when_early_queries_look_later() -> None:
     attention = torch.zeros(1, 1, 4, 20)
     attention[0, 0, :2, 15:18] = 1.0  # first half looks at 15..17
     attention[0, 0, 2:, 2:5] = 1.0  # second half looks at 2..4
-    assert scoring.attention_drift(attention, 3).item() == pytest.approx(13.0)
+    assert spatial.attention_drift(attention, 3).item() == pytest.approx(13.0)
 
 
 def test_near_cancellation_is_recomputed_exactly() -> None:

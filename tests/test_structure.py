@@ -40,7 +40,7 @@ IMPORT_NAMES: dict[str, str] = PAGES.FOLDERS
 """How each folder is imported (``pyproject.toml``'s package-dir); ``scripts`` are not imported."""
 TOP_LEVEL_NAMES: tuple[str, ...] = PAGES.FOLDER_NAMES
 """Folder names that must never be imported as top-level packages (they would shadow other packages)."""
-MAX_LINES = 500
+MAX_LINES = 450
 MAX_FUNCTION_LINES = 60
 # Left to the RULER issue, which restructures this module.
 SIZE_EXEMPT: set[str] = set()

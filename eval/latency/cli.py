@@ -18,8 +18,9 @@ from restkv.eval.latency import capacity, capacity_report, model_mode, scoring_m
 from restkv.eval.latency.chunked_mode import run_chunked
 from restkv.eval.latency.modeling import cache_token_bytes
 from restkv.eval.latency.plots import plot
-from restkv.eval.latency.records import summarize, summarize_scoring, tables
+from restkv.eval.latency.records import summarize, summarize_scoring
 from restkv.eval.latency.settings import Settings, model_config
+from restkv.eval.latency.tables import tables
 from restkv.eval.models.spec import check_backend_runs
 
 # The primary config lives here so that ``configs/latency/`` holds presets only.
