@@ -12,9 +12,15 @@ from typing import Any
 from restkv.checks import check_type
 
 OPTIONS = (
-    "decode_reserve", "decode_kernel", "timed", "layout", "varlen_kernel", "quantization", "decode_eviction",
+    "decode_reserve",
+    "decode_kernel",
+    "timed",
+    "layout",
+    "varlen_kernel",
+    "quantization",
+    "decode_eviction",
     "trace_decode",
-)  # fmt: skip
+)
 """`restkv.compress`'s arguments after ``model, policy, budget``, each checked below."""
 
 

@@ -4,11 +4,12 @@ A forward from an empty cache, longer than the budget, under a policy that evict
 layer evicted. Whether it must is read from the forward's own arguments, not from what the eviction hooks saw,
 so that hooks that never fire (a transformers release that calls attention or passes the cache differently)
 cannot hide it: the compressor then raises with `not_evicted_message` instead of answering with the full cache.
+``compressor`` below is a `restkv.integrate.KVCompressor`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import transformers
 from transformers.cache_utils import Cache
@@ -16,11 +17,8 @@ from transformers.cache_utils import Cache
 from restkv.cache import forward_inputs
 from restkv.models import SUPPORTED_MODELS, SUPPORTED_TRANSFORMERS
 
-if TYPE_CHECKING:
-    from restkv.integrate import KVCompressor
 
-
-def prefill_to_evict(compressor: KVCompressor, args: tuple, kwargs: dict) -> int | None:
+def prefill_to_evict(compressor: Any, args: tuple, kwargs: dict) -> int | None:
     """The prompt length of a forward of the compressor's model that must evict, else None (inactive, a policy
     that keeps everything, unreadable arguments, a decoding step, a question appended after eviction, a prompt
     within the budget)."""
@@ -31,7 +29,7 @@ def prefill_to_evict(compressor: KVCompressor, args: tuple, kwargs: dict) -> int
     return None if tokens is None or appends or compressor.budget.tokens(tokens) >= tokens else tokens
 
 
-def not_evicted_message(compressor: KVCompressor, prompt: int, evicted: set[int], use_cache: Any) -> str:
+def not_evicted_message(compressor: Any, prompt: int, evicted: set[int], use_cache: Any) -> str:
     """Why a ``prompt``-token prefill that should have evicted left layers whole (``evicted``: those it did not)."""
     layers = len(compressor.layers)
     if evicted:

@@ -206,8 +206,15 @@ def reconstruction_after(
         return reconstruction_expanded(attention, values, gram, tau, chunk)
     if _PATH.get() != "auto":  # asked for by name: its failures are the user's to see
         return reconstruction_direct(attention, values, gram, tau, chunk)
-    key = ("scoring", str(values.device), values.dtype, tuple(attention.shape[:2]), tuple(values.shape[1::2]),
-           gram is None, tau)  # fmt: skip
+    key = (
+        "scoring",
+        str(values.device),
+        values.dtype,
+        tuple(attention.shape[:2]),
+        tuple(values.shape[1::2]),
+        gram is None,
+        tau,
+    )
     return CHECKS.run(
         key,
         ("scoring", "direct", "expanded"),

@@ -179,8 +179,16 @@ def varlen_attention(
     capturing = query.is_cuda and torch.cuda.is_current_stream_capturing()
     if kernel != "auto" or capturing:  # asked for by name: its failures are the user's to see
         return fused(query, layer, scaling), None
-    key = ("varlen", picked, str(query.device), query.dtype, query.shape[1], layer.heads, query.shape[-1],
-           query.shape[2] == 1)  # fmt: skip
+    key = (
+        "varlen",
+        picked,
+        str(query.device),
+        query.dtype,
+        query.shape[1],
+        layer.heads,
+        query.shape[-1],
+        query.shape[2] == 1,
+    )
     tolerance = CHECK_TOLERANCE.get(query.dtype, DEFAULT_TOLERANCE)
     out = CHECKS.run(
         key,

@@ -120,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     for row in rows:
         flag = "ok  " if row["passed"] else "FAIL"
-        print(f"{flag} {row['case']:<20} path={row['path']:<6} batched={','.join(row['batched_paths']) or '-':<6} "
-              f"same tokens={row['same_tokens_as_eager']} {'; '.join(row['fallbacks'])}")  # fmt: skip
+        print(
+            f"{flag} {row['case']:<20} path={row['path']:<6} batched={','.join(row['batched_paths']) or '-':<6} "
+            f"same tokens={row['same_tokens_as_eager']} {'; '.join(row['fallbacks'])}"
+        )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=1) + "\n")

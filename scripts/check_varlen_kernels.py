@@ -74,9 +74,15 @@ def main() -> None:
     start = time.perf_counter()
     kept_ref, logits_ref = run(model, ids, args.budget, args.steps, "reference")
     result: dict = {
-        "shape": args.shape, "layers": args.layers, "context": args.context, "budget": args.budget,
-        "steps": args.steps, "device": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels": {},
-    }  # fmt: skip
+        "shape": args.shape,
+        "layers": args.layers,
+        "context": args.context,
+        "budget": args.budget,
+        "steps": args.steps,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "kernels": {},
+    }
     for kernel in kernels:
         kept, logits = run(model, ids, args.budget, args.steps, kernel)
         difference = (logits_ref - logits).abs()

@@ -26,9 +26,26 @@ from restkv.eval.report.uncertainty import paired_difference
 from restkv.eval.run import CONFIGS
 
 POLICIES = [
-    "streamingllm", "h2o", "tova", "knorm", "l2norm", "snapkv", "pyramidkv", "adakv", "restkv", "ada_restkv", "cam",
-    "think", "criticalkv", "critical_adakv", "dropkv", "caote", "restkv_defensive", "defensivekv", "layer_defensivekv",
-]  # fmt: skip
+    "streamingllm",
+    "h2o",
+    "tova",
+    "knorm",
+    "l2norm",
+    "snapkv",
+    "pyramidkv",
+    "adakv",
+    "restkv",
+    "ada_restkv",
+    "cam",
+    "think",
+    "criticalkv",
+    "critical_adakv",
+    "dropkv",
+    "caote",
+    "restkv_defensive",
+    "defensivekv",
+    "layer_defensivekv",
+]
 """Every native policy of `scripts/compare_policies.py --all` but the full cache (which evicts nothing)."""
 TASKS = ["micro_single_2", "micro_multikey_1", "micro_multivalue", "passkey"]
 ONE_SHOT = "one-shot"

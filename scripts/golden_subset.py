@@ -18,12 +18,16 @@ from pathlib import Path
 SUBSET = {
     "official_selection": (
         *(f"restkv_{i}" for i in range(18, 27)),  # the nine ReST-KV configurations, at 300 tokens
-        "ablation_00", "ablation_01", "ablation_04", "ablation_08",  # attn, attn-v, inv-ema, ema + adaptive
-        "snapkv_00", "snapkv_01",  # average and max pooling
+        "ablation_00",
+        "ablation_01",
+        "ablation_04",
+        "ablation_08",  # attn, attn-v, inv-ema, ema + adaptive
+        "snapkv_00",
+        "snapkv_01",  # average and max pooling
         "streamingllm_01",
     ),
     "official_headwise": ("adakv_07", "adakv_09", "headkv_00", "l2norm_00", "cam_00", "think_00"),
-}  # fmt: skip
+}
 """Per fixture file, the case names kept."""
 
 

@@ -129,6 +129,31 @@ def summarize(rows: list[dict], step_bytes: float, gbps: float) -> dict[str, Any
     }
 
 
+def batched_rows(args: argparse.Namespace, model: Any, tokenizer: Any, eos: list[int], max_context: int) -> list:
+    """One row per (prompt length, prompts per decode step): samples per hour, and whether the answers match the
+    first setting's."""
+    batched = []
+    for length in args.batch_lengths:
+        work = prompts(tokenizer, length, args.batch_samples, max_context)
+        first: list | None = None
+        for rows in args.batches:
+            answers, seconds = batched_pass(model, args.batch_policy, args.budget, rows, work, eos)
+            first = answers if first is None else first
+            row = {
+                "length": length,
+                "policy": args.batch_policy,
+                "budget": args.budget,
+                "decode_batch": rows,
+                "samples": len(work),
+                "wall_seconds": round(seconds, 2),
+                "samples_per_hour": round(3600 * len(work) / seconds, 1),
+                "same_answers_as_first": answers == first,
+            }
+            batched.append(row)
+            print(json.dumps(row), flush=True)
+    return batched
+
+
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     device = pick_device(args.device)
@@ -158,20 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["same_tokens_as_eager"] = tokens[path] == tokens.get("eager", tokens[path])
                 results.append(row)
                 print(json.dumps(row), flush=True)
-    batched = []
-    for length in args.batch_lengths:
-        work = prompts(tokenizer, length, args.batch_samples, spec.max_context)
-        first: list | None = None
-        for rows in args.batches:
-            answers, seconds = batched_pass(model, args.batch_policy, args.budget, rows, work, eos)
-            first = answers if first is None else first
-            row = {
-                "length": length, "policy": args.batch_policy, "budget": args.budget, "decode_batch": rows,
-                "samples": len(work), "wall_seconds": round(seconds, 2),
-                "samples_per_hour": round(3600 * len(work) / seconds, 1), "same_answers_as_first": answers == first,
-            }  # fmt: skip
-            batched.append(row)
-            print(json.dumps(row), flush=True)
+    batched = batched_rows(args, model, tokenizer, eos, spec.max_context)
     record = {
         "device": str(device),
         "torch": torch.__version__,

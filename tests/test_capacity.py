@@ -16,8 +16,12 @@ from restkv.eval.latency.settings import Settings
 
 def test_budgets_are_fractions_of_the_context_and_token_counts_below_it():
     assert budgets_for(4096, ["full", 0.5, 0.0625, 2048, 4096, 256]) == [
-        Budget("full", None), Budget("50%", 2048), Budget("6.25%", 256), Budget("2048", 2048), Budget("256", 256),
-    ]  # fmt: skip
+        Budget("full", None),
+        Budget("50%", 2048),
+        Budget("6.25%", 256),
+        Budget("2048", 2048),
+        Budget("256", 256),
+    ]
     with pytest.raises(ValueError, match=r"capacity_budgets=.*each is full, a fraction"):
         Settings(name="x", shape="tiny-llama", mode="capacity", capacity_budgets=["full", 1.5])
 
@@ -51,18 +55,35 @@ def test_the_capacity_preset_composes():
 
 def test_a_tiny_capacity_run_writes_its_record_table_and_plot(tmp_path: Path):
     settings = Settings(
-        name="cap", shape="tiny-llama", mode="capacity", device="cpu", contexts=[256], out_dir=str(tmp_path),
-        capacity_policies=["snapkv", "ada_restkv"], capacity_budgets=["full", 0.25, 64], capacity_max_batch=16,
-        memory_cap_mib=2, decode_tokens=2, warmup=0, repeats=1, bandwidth_mib=8, bandwidth_repeats=1,
-    )  # fmt: skip
+        name="cap",
+        shape="tiny-llama",
+        mode="capacity",
+        device="cpu",
+        contexts=[256],
+        out_dir=str(tmp_path),
+        capacity_policies=["snapkv", "ada_restkv"],
+        capacity_budgets=["full", 0.25, 64],
+        capacity_max_batch=16,
+        memory_cap_mib=2,
+        decode_tokens=2,
+        warmup=0,
+        repeats=1,
+        bandwidth_mib=8,
+        bandwidth_repeats=1,
+    )
     record = run(settings)
     assert json.loads((tmp_path / "cap.json").read_text())["entries"] == record["entries"]
     assert (tmp_path / "cap.png").stat().st_size > 0
     table = (tmp_path / "cap.md").read_text()
     assert "simulated" in table and sum(line.startswith("| 256 |") for line in table.splitlines()) == 5
     entries = {(e["policy"], e["budget"]): e for e in record["entries"]}
-    assert set(entries) == {("full", "full"), ("snapkv", "25%"), ("snapkv", "64"), ("ada_restkv", "25%"),
-                            ("ada_restkv", "64")}  # fmt: skip
+    assert set(entries) == {
+        ("full", "full"),
+        ("snapkv", "25%"),
+        ("snapkv", "64"),
+        ("ada_restkv", "25%"),
+        ("ada_restkv", "64"),
+    }
     cap, weights = record["memory_cap_bytes"], record["parameter_bytes_read_per_step"]
     for e in entries.values():  # the simulated search's arithmetic, checked from the entry's own numbers
         room = (cap - weights - e["prefill_headroom_bytes"]) // e["row_bytes"]

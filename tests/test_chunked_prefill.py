@@ -174,9 +174,13 @@ def test_a_chunked_run_states_its_chunk_and_resumes(tmp_path, capsys) -> None:
     from restkv.eval.run import CONFIGS
 
     overrides = [
-        "bench=micro", "bench.lengths=[1024]", "bench.samples=2", "bench.tasks=[passkey]", "budget=128",
+        "bench=micro",
+        "bench.lengths=[1024]",
+        "bench.samples=2",
+        "bench.tasks=[passkey]",
+        "budget=128",
         "compression.prefill_chunk=256",
-    ]  # fmt: skip
+    ]
 
     def run_limit(limit: int) -> dict:
         with initialize_config_dir(config_dir=CONFIGS, version_base=None):
@@ -210,9 +214,19 @@ def test_the_latency_mode_measures_one_shot_against_chunked(tmp_path) -> None:
     from restkv.eval.latency.settings import Settings
 
     settings = Settings(
-        name="chunked-test", shape="tiny-llama", mode="chunked", device="cpu", threads=1, contexts=[512],
-        policies=["full", "snapkv"], budgets=[64], prefill_chunks=[128], warmup=0, repeats=1, out_dir=str(tmp_path),
-    )  # fmt: skip
+        name="chunked-test",
+        shape="tiny-llama",
+        mode="chunked",
+        device="cpu",
+        threads=1,
+        contexts=[512],
+        policies=["full", "snapkv"],
+        budgets=[64],
+        prefill_chunks=[128],
+        warmup=0,
+        repeats=1,
+        out_dir=str(tmp_path),
+    )
     record = run_latency(settings, "test")
     by_mode = {(e["policy"], e["chunk"]): e for e in record["entries"]}
     assert set(by_mode) == {("full", None), ("snapkv", None), ("snapkv", 128)}

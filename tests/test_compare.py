@@ -71,8 +71,12 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
     runs = load_runs(tmp_path)
     accuracy = select(runs, bench=bench)
     assert {(r.policy, r.budget) for r in accuracy} == {
-        ("full", "64"), ("streamingllm", "64"), ("streamingllm", "128"), ("restkv", "64"), ("restkv", "128")
-    }  # fmt: skip
+        ("full", "64"),
+        ("streamingllm", "64"),
+        ("streamingllm", "128"),
+        ("restkv", "64"),
+        ("restkv", "128"),
+    }
     assert all(r.variant for r in accuracy), "bench overrides are hashed into the folder name"
     policies, budgets, grid = pivot(select(runs, bench="fidelity"))
     assert sorted(policies) == ["restkv", "streamingllm"] and budgets == ["64", "128"]
@@ -81,8 +85,9 @@ def test_compare_policies_prints_tables_and_plots(tmp_path: Path, bench: str, ta
 
 
 def test_the_phase_table_pairs_decode_time_with_prefill_eviction(tmp_path: Path) -> None:
-    out = quick_compare(tmp_path, "--policies", "snapkv", "--phases", "--phase-policies", "snapkv", "rkv",
-                        "--phase-interval", "4")  # fmt: skip
+    out = quick_compare(
+        tmp_path, "--policies", "snapkv", "--phases", "--phase-policies", "snapkv", "rkv", "--phase-interval", "4"
+    )
     assert "eviction during decoding (interval 4) or at the prompt's end" in out
     assert re.search(r"^snapkv decode\s+\d", out, re.M) and re.search(r"^rkv prefill\s+\d", out, re.M)
     assert "decode-time minus prefill-only (points), paired" in out and "mean answer length" in out
@@ -92,8 +97,9 @@ def test_the_phase_table_pairs_decode_time_with_prefill_eviction(tmp_path: Path)
 
 
 def test_the_turns_table_asks_several_questions_per_context(tmp_path: Path) -> None:
-    out = quick_compare(tmp_path, "--policies", "restkv", "--turns", "--turn-policies", "full", "restkv",
-                        "--turn-samples", "1")  # fmt: skip
+    out = quick_compare(
+        tmp_path, "--policies", "restkv", "--turns", "--turn-policies", "full", "restkv", "--turn-samples", "1"
+    )
     assert "several questions per compressed context (evaluation=multi_turn)" in out
     assert re.search(r"^\s+full @\s+64:(\s+\d+\.\d){4}$", out, re.M)  # four turns: the asked key and three more
     assert "restkv minus each policy" in out
@@ -102,8 +108,23 @@ def test_the_turns_table_asks_several_questions_per_context(tmp_path: Path) -> N
 def quick_compare(tmp_path: Path, *extra: str) -> str:
     """compare_policies on the tiny model, one passkey prompt of 600 tokens at budget 64, no fidelity runs."""
     command = [
-        sys.executable, str(REPO / "scripts" / "compare_policies.py"), "--model", "tiny-random-llama", "--budgets",
-        "64", "--bench", "micro", "--tasks", "passkey", "--lengths", "600", "--samples", "1", "--no-fidelity",
-        "--out", str(tmp_path), *extra,
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "scripts" / "compare_policies.py"),
+        "--model",
+        "tiny-random-llama",
+        "--budgets",
+        "64",
+        "--bench",
+        "micro",
+        "--tasks",
+        "passkey",
+        "--lengths",
+        "600",
+        "--samples",
+        "1",
+        "--no-fidelity",
+        "--out",
+        str(tmp_path),
+        *extra,
+    ]
     return subprocess.run(command, capture_output=True, text=True, check=True, cwd=tmp_path).stdout

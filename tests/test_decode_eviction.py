@@ -142,9 +142,15 @@ def test_a_run_records_the_cache_over_time_and_resumes(tmp_path, capsys) -> None
     from restkv.eval.run import CONFIGS
 
     overrides = [
-        "bench=micro", "bench.lengths=[1024]", "bench.samples=1", "bench.tasks=[passkey]", "limit=2",
-        "compression.phase=decode", "compression.decode_budget=64", "compression.decode_interval=4",
-    ]  # fmt: skip
+        "bench=micro",
+        "bench.lengths=[1024]",
+        "bench.samples=1",
+        "bench.tasks=[passkey]",
+        "limit=2",
+        "compression.phase=decode",
+        "compression.decode_budget=64",
+        "compression.decode_interval=4",
+    ]
 
     def run() -> dict:
         with initialize_config_dir(config_dir=CONFIGS, version_base=None):

@@ -28,29 +28,41 @@ def plan(values: dict[str, Any], device=CPU, evaluation=None, quantization=None,
 
 REFUSED = {
     "the decode path runs on this device": (
-        {"decode": "graph"}, {}, r"decode=graph records the decode step as a CUDA graph; this run's device is 'cpu'"
+        {"decode": "graph"},
+        {},
+        r"decode=graph records the decode step as a CUDA graph; this run's device is 'cpu'",
     ),
     "a decode schedule acts only with decode-time eviction": (
-        {"compression": {"decode_schedule": "length"}}, {},
+        {"compression": {"decode_schedule": "length"}},
+        {},
         r"compression.decode_schedule='length' is set but compression.phase='prefill' evicts at the end",
     ),
     "a decode budget acts only with decode-time eviction": (
-        {"compression": {"decode_budget": 64}}, {}, r"compression.decode_budget=64 is set but compression.phase",
+        {"compression": {"decode_budget": 64}},
+        {},
+        r"compression.decode_budget=64 is set but compression.phase",
     ),
     "decode-time eviction needs a decode budget": (
-        {"compression": {"phase": "both"}}, {}, r"compression.phase='both' evicts during decoding and needs",
+        {"compression": {"phase": "both"}},
+        {},
+        r"compression.phase='both' evicts during decoding and needs",
     ),
     "decode-time eviction cuts only what the policy and storage allow": (
-        DECODE, {"policy": get_policy("snapkv", window=8, gqa="expand")}, r"decode-time eviction with SnapKV: gqa",
+        DECODE,
+        {"policy": get_policy("snapkv", window=8, gqa="expand")},
+        r"decode-time eviction with SnapKV: gqa",
     ),
     "decode-time eviction cannot shrink a preallocated cache": (
-        {**DECODE, "decode": "static"}, {}, r"decode=static preallocates a cache that decode-time eviction cannot",
+        {**DECODE, "decode": "static"},
+        {},
+        r"decode=static preallocates a cache that decode-time eviction cannot",
     ),
     "many prompts per step only where the run can batch": (
-        {**DECODE, "decode_batch": 4}, {},
+        {**DECODE, "decode_batch": 4},
+        {},
         r"decode_batch=4 cannot batch this run: decode-time eviction decodes one prompt at a time; use decode_batch=1",
     ),
-}  # fmt: skip
+}
 
 
 def test_every_rule_of_the_table_is_exercised_here() -> None:

@@ -67,9 +67,11 @@ def test_every_run_command_composes_and_validates(command: str) -> None:
 
 def test_the_first_run_runs(tmp_path: Path) -> None:
     run = subprocess.run(
-        [sys.executable, *shlex.split(FIRST_RUN)[1:], f"out_dir={tmp_path}"], cwd=ROOT, capture_output=True,
+        [sys.executable, *shlex.split(FIRST_RUN)[1:], f"out_dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
         text=True,
-    )  # fmt: skip
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert f"results: {tmp_path}/micro/micro-llama/restkv/budget64" in run.stdout
 

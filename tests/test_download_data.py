@@ -208,8 +208,10 @@ def test_math_from_the_hub_files(dd, tmp_path, monkeypatch, capsys) -> None:
     fixtures = Path(__file__).parent / "fixtures" / "math"
     hub = tmp_path / "hub"
     hub.mkdir()
-    rows = {name: [json.loads(x) for x in (fixtures / f"{name}.jsonl").read_text().splitlines()] for name in
-            ("math500", "aime24", "aime25", "gsm8k")}  # fmt: skip
+    rows = {
+        name: [json.loads(x) for x in (fixtures / f"{name}.jsonl").read_text().splitlines()]
+        for name in ("math500", "aime24", "aime25", "gsm8k")
+    }
     pandas.DataFrame(rows["aime24"]).to_parquet(hub / "aime24.parquet")
     pandas.DataFrame(rows["gsm8k"]).to_parquet(hub / "gsm8k.parquet")
     (hub / "I.jsonl").write_text(json.dumps({k: v for k, v in rows["aime25"][0].items() if k != "id"}) + "\n")

@@ -120,8 +120,15 @@ PROGRESS = re.compile(r"\d+%\|")
 
 def interrupt(command: list[str], after_s: float) -> subprocess.CompletedProcess:
     """``command`` stopped by Ctrl-C (SIGINT to its process group, as a terminal sends it) after ``after_s``."""
-    started = subprocess.Popen(command, cwd=ROOT, env=OFFLINE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)  # fmt: skip
+    started = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=OFFLINE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     time.sleep(after_s)
     os.killpg(started.pid, signal.SIGINT)
     stdout, stderr = started.communicate(timeout=LIMIT_S)

@@ -181,9 +181,14 @@ def test_fidelity_keeps_gpu_memory_flat_over_many_samples():
         for index in range(40):
             prompt = PromptTokens(context=[(index * 7 + i) % 120 + 3 for i in range(200)], query=[5])
             sample = Sample(
-                id=str(index), task="t", context="", question="", references=["a long reference answer"],
-                max_new_tokens=4, metric="m",
-            )  # fmt: skip
+                id=str(index),
+                task="t",
+                context="",
+                question="",
+                references=["a long reference answer"],
+                max_new_tokens=4,
+                metric="m",
+            )
             scorer.evaluate(None, session, sample, prompt)
             torch.cuda.synchronize()
             allocated.append(torch.cuda.memory_allocated())
@@ -202,9 +207,17 @@ def test_eval_run_on_cuda(tmp_path, device_map):
     if CUDA.type != "cuda" and device_map == "auto":
         pytest.skip("device_map=auto places the model on GPUs")
     overrides = [
-        "model=tiny-random-llama", f"device={CUDA}", f"model.device_map={device_map}", "bench=ruler", "policy=restkv",
-        "budget=64", "limit=2", "bench.tasks=[niah_single_1]", "bench.lengths=[512]", f"out_dir={tmp_path}",
-    ]  # fmt: skip
+        "model=tiny-random-llama",
+        f"device={CUDA}",
+        f"model.device_map={device_map}",
+        "bench=ruler",
+        "policy=restkv",
+        "budget=64",
+        "limit=2",
+        "bench.tasks=[niah_single_1]",
+        "bench.lengths=[512]",
+        f"out_dir={tmp_path}",
+    ]
     _run([sys.executable, "eval/run.py", *overrides], tmp_path)
     metrics = list(tmp_path.rglob("metrics.json"))
     assert len(metrics) == 1 and sum(json.loads(metrics[0].read_text())["samples"].values()) == 2

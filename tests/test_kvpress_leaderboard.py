@@ -15,9 +15,20 @@ from restkv.eval.models.spec import model_spec
 from restkv.eval.run import CONFIGS
 
 TASKS_13 = [
-    "niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
-    "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe", "qa_1", "qa_2",
-]  # fmt: skip
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multivalue",
+    "niah_multiquery",
+    "vt",
+    "cwe",
+    "fwe",
+    "qa_1",
+    "qa_2",
+]
 BUDGETS = [0.75, 0.5, 0.25, 0.125]  # kvpress's compression ratios 0.25, 0.5, 0.75, 0.875
 
 

@@ -26,16 +26,40 @@ from restkv.eval.latency.settings import Settings, model_config
 from restkv.eval.latency.timing import forward
 
 PREFILL_FIELDS = {
-    "context", "policy", "budget", "seconds_median", "seconds", "eviction_seconds_median", "eviction_seconds",
-    "kept_tokens_mean", "cache_bytes_before_eviction", "cache_bytes_after_eviction", "cache_bytes_allocated",
-    "peak_memory_bytes", "peak_memory_delta_bytes",
-}  # fmt: skip
-DECODE_FIELDS = {
-    "context", "budget", "label", "cache", "fill", "tokens", "ms_per_token_median", "ms_per_token",
-    "cache_tokens_start", "cache_bytes_start", "cache_bytes_allocated", "parameter_bytes_read",
-    "bytes_read_per_step", "bound_ms", "bound_bandwidth_gbps", "achieved_over_bound", "peak_memory_bytes",
+    "context",
+    "policy",
+    "budget",
+    "seconds_median",
+    "seconds",
+    "eviction_seconds_median",
+    "eviction_seconds",
+    "kept_tokens_mean",
+    "cache_bytes_before_eviction",
+    "cache_bytes_after_eviction",
+    "cache_bytes_allocated",
+    "peak_memory_bytes",
     "peak_memory_delta_bytes",
-}  # fmt: skip
+}
+DECODE_FIELDS = {
+    "context",
+    "budget",
+    "label",
+    "cache",
+    "fill",
+    "tokens",
+    "ms_per_token_median",
+    "ms_per_token",
+    "cache_tokens_start",
+    "cache_bytes_start",
+    "cache_bytes_allocated",
+    "parameter_bytes_read",
+    "bytes_read_per_step",
+    "bound_ms",
+    "bound_bandwidth_gbps",
+    "achieved_over_bound",
+    "peak_memory_bytes",
+    "peak_memory_delta_bytes",
+}
 
 
 def tiny_settings(tmp_path: Path, **changes) -> Settings:
@@ -127,9 +151,15 @@ def test_bound_arithmetic_by_hand() -> None:
 @pytest.mark.parametrize("tied", [False, True])
 def test_parameter_and_cache_bytes_by_hand(tied: bool) -> None:
     config = LlamaConfig(
-        vocab_size=100, hidden_size=8, intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=4, tie_word_embeddings=tied,
-    )  # fmt: skip
+        vocab_size=100,
+        hidden_size=8,
+        intermediate_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=4,
+        tie_word_embeddings=tied,
+    )
     model = AutoModelForCausalLM.from_config(config)
     # per layer: q 8*8, k 8*4, v 8*4, o 8*8, mlp 3*8*16, two norms 2*8 -> 592; final norm 8
     body = 2 * 592 + 8

@@ -24,9 +24,18 @@ from restkv.eval.latency.settings import Settings
 from restkv.restkv import ReSTKV
 
 SCORING_FIELDS = {
-    "context", "budget", "variant", "policy", "seconds_median", "seconds_min", "seconds", "call_seconds",
-    "peak_memory_bytes", "peak_memory_delta_bytes", "peak_memory_delta_bytes_rounds",
-}  # fmt: skip
+    "context",
+    "budget",
+    "variant",
+    "policy",
+    "seconds_median",
+    "seconds_min",
+    "seconds",
+    "call_seconds",
+    "peak_memory_bytes",
+    "peak_memory_delta_bytes",
+    "peak_memory_delta_bytes_rounds",
+}
 WINDOW = 8
 
 

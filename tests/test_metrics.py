@@ -21,13 +21,31 @@ PYROUGE_HALF = 2.0 * (0.25 / (1.0 + 1e-8))  # 0.499999995
 
 def test_registry_has_exactly_the_agreed_names() -> None:
     assert set(metric_names()) == {
-        "qa_f1", "qa_f1_zh", "rouge", "rouge_zh", "classification", "retrieval", "retrieval_zh",
-        "count", "code_sim", "string_match_all", "string_match_part", "niah_rouge",
-        "infbench_passkey", "infbench_number_string", "infbench_kv_retrieval",
-        "infbench_longbook_sum_eng", "infbench_longbook_choice_eng", "infbench_longbook_qa_eng",
-        "infbench_longbook_qa_chn", "infbench_longdialogue_qa_eng", "infbench_math_find",
-        "infbench_math_calc", "infbench_code_run", "infbench_code_debug",
-    }  # fmt: skip
+        "qa_f1",
+        "qa_f1_zh",
+        "rouge",
+        "rouge_zh",
+        "classification",
+        "retrieval",
+        "retrieval_zh",
+        "count",
+        "code_sim",
+        "string_match_all",
+        "string_match_part",
+        "niah_rouge",
+        "infbench_passkey",
+        "infbench_number_string",
+        "infbench_kv_retrieval",
+        "infbench_longbook_sum_eng",
+        "infbench_longbook_choice_eng",
+        "infbench_longbook_qa_eng",
+        "infbench_longbook_qa_chn",
+        "infbench_longdialogue_qa_eng",
+        "infbench_math_find",
+        "infbench_math_calc",
+        "infbench_code_run",
+        "infbench_code_debug",
+    }
 
 
 # ----------------------------------------------------------------------------- score() errors

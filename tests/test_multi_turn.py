@@ -89,8 +89,15 @@ def test_a_run_records_every_turn(tmp_path: Path) -> None:
     from restkv.eval.harness.runner import RunSettings, run_benchmark
     from restkv.eval.run import CONFIGS
 
-    overrides = ["evaluation=multi_turn", "protocol=query_agnostic", "bench=micro", "bench.tasks=[micro_multikey_1]",
-                 "bench.lengths=[1024]", "bench.samples=2", "policy=full"]  # fmt: skip
+    overrides = [
+        "evaluation=multi_turn",
+        "protocol=query_agnostic",
+        "bench=micro",
+        "bench.tasks=[micro_multikey_1]",
+        "bench.lengths=[1024]",
+        "bench.samples=2",
+        "policy=full",
+    ]
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=[*overrides, f"out_dir={tmp_path}"])
     run_benchmark(cfg, RunSettings("micro", "micro-llama", "full", overrides, tmp_path))

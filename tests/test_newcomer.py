@@ -44,14 +44,17 @@ def _message(done: subprocess.CompletedProcess[str]) -> list[str]:
         (["budget=abc"], "budget='abc' is not allowed; it must be a token count (integer) or a fraction in (0, 1)"),
         (["-m", "budget=64,abc"], "budget='abc' is not allowed"),
         (["limit=0"], "limit=0 is not allowed; it must be an integer >= 1"),
-        (["protocol=query_awar"], "protocol='query_awar' is not allowed; choose one of: query_aware, query_agnostic; "
-                                  "did you mean query_aware?"),
+        (
+            ["protocol=query_awar"],
+            "protocol='query_awar' is not allowed; choose one of: query_aware, query_agnostic; "
+            "did you mean query_aware?",
+        ),
         (["decode_batch=0"], "decode_batch=0 is not allowed; use auto or an integer >= 1"),
         (["device=tpu0"], "device='tpu0' is not a device; use auto, cpu, cuda or cuda:N"),
         (["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs=0 is not allowed"),
         (["budget"], "Error parsing override 'budget' (settings are written key=value)"),
     ],
-)  # fmt: skip
+)
 def test_a_mistyped_command_is_refused_in_one_line_before_torch_is_imported(args, says):
     """Every refusal took 15-70 s (imports before the arguments were read); typos exited 1 through Hydra, whose
     advice ("use +budgett=128") led away from the fix."""
@@ -71,11 +74,13 @@ def test_a_mistyped_command_is_refused_in_one_line_before_torch_is_imported(args
         (["policy.alpha=abc"], "policy.alpha=abc is not allowed: Value 'abc' of type 'str' could not be converted"),
         (["policy.window=0"], "ReSTKV.window=0 is not allowed; it must be an integer in [1, inf]"),
         (["bench=micro", "bench.samples=0"], "bench.samples=0 must be >= 1"),
-        (["bench=longbench", "bench.hub=false", "bench.tasks=[qasper]", "bench.data_dir=/nonexistent"],
-         "LongBench data missing: /nonexistent/qasper.jsonl. The hub was not used: it is off (bench.hub=false). To "
-         "get the data, run `python scripts/download_data.py longbench`"),
+        (
+            ["bench=longbench", "bench.hub=false", "bench.tasks=[qasper]", "bench.data_dir=/nonexistent"],
+            "LongBench data missing: /nonexistent/qasper.jsonl. The hub was not used: it is off (bench.hub=false). To "
+            "get the data, run `python scripts/download_data.py longbench`",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_setting_is_refused_in_one_line_before_the_model_stack_is_imported(args, says):
     """A setting of the chosen policy, benchmark or model needs the classes (torch), never transformers."""
     done = _run(*args)
@@ -124,8 +129,13 @@ def test_the_readmes_smoke_command_runs_as_written(tmp_path):
     readme = (ROOT / "README.md").read_text()
     (command,) = re.findall(r"^\s+(python eval/run\.py model=tiny-random-llama[^#\n]*?)\s+#", readme, re.M)
     args = command.split()[2:]
-    done = subprocess.run([sys.executable, "eval/run.py", *args, f"out_dir={tmp_path}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "eval/run.py", *args, f"out_dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "results: " in done.stdout and "random weights" in done.stdout  # it says what its scores mean
 
@@ -191,10 +201,17 @@ def test_the_latency_benchmark_writes_outside_the_committed_records():
 
 def test_a_sweep_ends_with_a_summary_of_its_runs(tmp_path):
     """A multirun printed no summary at the end: the scores were scattered over each job's output."""
-    args = ["-m", "bench=micro", "bench.lengths=[512]", "bench.tasks=[passkey]", "limit=1", "budget=64,128",
-            "policy=snapkv", f"out_dir={tmp_path}"]  # fmt: skip
-    done = subprocess.run([sys.executable, "eval/run.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    args = [
+        "-m",
+        "bench=micro",
+        "bench.lengths=[512]",
+        "bench.tasks=[passkey]",
+        "limit=1",
+        "budget=64,128",
+        "policy=snapkv",
+        f"out_dir={tmp_path}",
+    ]
+    done = subprocess.run([sys.executable, "eval/run.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = done.stdout[done.stdout.index("sweep summary") :]
     rows = [line for line in summary.splitlines() if "snapkv" in line]

@@ -96,21 +96,52 @@ AUTHORS_POLICIES: dict[str, tuple[type, dict[str, Any]]] = {
 
 # run_longbench.py `datasets` and `dataset2maxlen`
 LONGBENCH_TASKS = {
-    "narrativeqa": 128, "qasper": 128, "multifieldqa_en": 64, "hotpotqa": 32, "2wikimqa": 32, "musique": 32,
-    "gov_report": 512, "qmsum": 512, "multi_news": 512, "trec": 64, "triviaqa": 32, "samsum": 128,
-    "passage_count": 32, "passage_retrieval_en": 32, "lcc": 64, "repobench-p": 64,
-}  # fmt: skip
+    "narrativeqa": 128,
+    "qasper": 128,
+    "multifieldqa_en": 64,
+    "hotpotqa": 32,
+    "2wikimqa": 32,
+    "musique": 32,
+    "gov_report": 512,
+    "qmsum": 512,
+    "multi_news": 512,
+    "trec": 64,
+    "triviaqa": 32,
+    "samsum": 128,
+    "passage_count": 32,
+    "passage_retrieval_en": 32,
+    "lcc": 64,
+    "repobench-p": 64,
+}
 # run_infinite_bench.py `datasets` and `dataset2maxlen`
 INFINITEBENCH_TASKS = {
-    "code_debug": 5, "code_run": 5, "kv_retrieval": 80, "longbook_choice_eng": 40, "longbook_qa_chn": 40,
-    "longbook_qa_eng": 40, "longbook_sum_eng": 1200, "longdialogue_qa_eng": 40, "math_calc": 30000,
-    "math_find": 3, "number_string": 20, "passkey": 15,
-}  # fmt: skip
+    "code_debug": 5,
+    "code_run": 5,
+    "kv_retrieval": 80,
+    "longbook_choice_eng": 40,
+    "longbook_qa_chn": 40,
+    "longbook_qa_eng": 40,
+    "longbook_sum_eng": 1200,
+    "longdialogue_qa_eng": 40,
+    "math_calc": 30000,
+    "math_find": 3,
+    "number_string": 20,
+    "passkey": 15,
+}
 # run_ruler.py `datasets` (no qa_1 / qa_2) and `dataset2maxlen` (64 for every task)
 RULER_TASKS = [
-    "niah_single_1", "niah_single_2", "niah_single_3", "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
-    "niah_multiquery", "niah_multivalue", "cwe", "fwe", "vt",
-]  # fmt: skip
+    "niah_single_1",
+    "niah_single_2",
+    "niah_single_3",
+    "niah_multikey_1",
+    "niah_multikey_2",
+    "niah_multikey_3",
+    "niah_multiquery",
+    "niah_multivalue",
+    "cwe",
+    "fwe",
+    "vt",
+]
 RULER_NEW_TOKENS = 64
 
 

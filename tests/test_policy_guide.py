@@ -39,15 +39,22 @@ def installed_copy(tmp_path: Path) -> tuple[Path, Path]:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     python = venv / "bin" / "python"
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if subprocess.run([python, "-c", "import torch, hydra"], capture_output=True).returncode:
         # this environment's packages, when they are not the system's: its folders without its own editable restkv
         # (a path line of a .pth adds the folder only; the .pth files inside it are not run)
         ours = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
         Path(purelib, "_parent_environment.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e",
-                    str(tree)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", str(tree)],
+        check=True,
+        capture_output=True,
+    )
     return tree, python
 
 
@@ -57,18 +64,32 @@ def test_the_guides_example_runs_as_the_guide_says(tmp_path: Path) -> None:
     (tree / "configs" / "policy" / "keynorm.yaml").write_text(guide_config())
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONPATH", None)
-    where = subprocess.run([python, "-c", "import restkv.baselines as b; print(b.__file__)"], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    where = subprocess.run(
+        [python, "-c", "import restkv.baselines as b; print(b.__file__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert where.startswith(str(tree)), where
 
-    command = ["eval/run.py", "policy=keynorm", "policy.window=64", "bench=micro", "bench.lengths=[512]", "limit=1",
-               f"out_dir={tmp_path / 'out'}"]  # fmt: skip
+    command = [
+        "eval/run.py",
+        "policy=keynorm",
+        "policy.window=64",
+        "bench=micro",
+        "bench.lengths=[512]",
+        "limit=1",
+        f"out_dir={tmp_path / 'out'}",
+    ]
     done = subprocess.run([python, *command], cwd=tree, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "out" / "micro" / "micro-llama" / "keynorm").is_dir(), done.stdout
     assert "results: " in done.stdout
 
-    done = subprocess.run([python, "docs/examples/keynorm_policy.py"], cwd=tree, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [python, "docs/examples/keynorm_policy.py"], cwd=tree, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "each layer kept [40, 40, 40, 40] tokens of 100" in done.stdout

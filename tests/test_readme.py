@@ -68,9 +68,14 @@ def test_new_policy_example(monkeypatch, capsys) -> None:
 def test_new_benchmark_example(tmp_path: Path) -> None:
     """The documented command: the example module on the path, its config folder on Hydra's search path."""
     command = [
-        sys.executable, "eval/run.py", f"hydra.searchpath=[file://{EXAMPLES / 'configs'}]", "bench=magic_number",
-        "policy=snapkv", "budget=64", f"out_dir={tmp_path}",
-    ]  # fmt: skip
+        sys.executable,
+        "eval/run.py",
+        f"hydra.searchpath=[file://{EXAMPLES / 'configs'}]",
+        "bench=magic_number",
+        "policy=snapkv",
+        "budget=64",
+        f"out_dir={tmp_path}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(EXAMPLES)}
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -58,22 +58,41 @@ def test_an_empty_out_dir_is_refused(given: str) -> None:
 
 
 def test_an_empty_out_dir_on_the_command_line_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "eval" / "run.py"), *MICRO, "out_dir="], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "eval" / "run.py"), *MICRO, "out_dir="],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stderr.startswith("error: out_dir='' is not allowed"), done.stderr
     assert done.stderr.count("\n") == 1 and not any(tmp_path.iterdir())
 
 
 def test_multi_turn_without_turns_is_refused_before_any_folder(tmp_path: Path) -> None:
-    cfg = config("bench=micro", "bench.tasks=[micro_single_1]", "bench.lengths=[512]", "limit=1",
-                 "evaluation=multi_turn", "protocol=query_agnostic", f"out_dir={tmp_path}")  # fmt: skip
+    cfg = config(
+        "bench=micro",
+        "bench.tasks=[micro_single_1]",
+        "bench.lengths=[512]",
+        "limit=1",
+        "evaluation=multi_turn",
+        "protocol=query_agnostic",
+        f"out_dir={tmp_path}",
+    )
     with pytest.raises(ValueError, match=r"bench.tasks=\[micro_multikey_1\]") as refused:
         plan_run(cfg, RunSettings("micro", "micro-llama", "restkv", ["evaluation=multi_turn"], tmp_path))
     assert "bench.turns" not in str(refused.value)  # no such setting
     assert not any(tmp_path.iterdir())
     # the setting it names does give turns
-    cfg = config("bench=micro", "bench.tasks=[micro_multikey_1]", "bench.lengths=[512]", "limit=1",
-                 "evaluation=multi_turn", "protocol=query_agnostic", f"out_dir={tmp_path}")  # fmt: skip
+    cfg = config(
+        "bench=micro",
+        "bench.tasks=[micro_multikey_1]",
+        "bench.lengths=[512]",
+        "limit=1",
+        "evaluation=multi_turn",
+        "protocol=query_agnostic",
+        f"out_dir={tmp_path}",
+    )
     assert plan_run(cfg, RunSettings("micro", "micro-llama", "restkv", [], tmp_path)).samples
 
 
@@ -113,8 +132,10 @@ def test_a_policy_file_run_as_a_script_and_its_copy_are_one_policy(tmp_path: Pat
     from restkv import register_policy
     from restkv.registry import _POLICIES
 
-    source = "from dataclasses import dataclass\nfrom restkv import Policy\n\n\n@dataclass\nclass Twin(Policy):\n" \
-             "    def score(self, inputs, keep):\n        return None\n"  # fmt: skip
+    source = (
+        "from dataclasses import dataclass\nfrom restkv import Policy\n\n\n@dataclass\nclass Twin(Policy):\n"
+        "    def score(self, inputs, keep):\n        return None\n"
+    )
     classes = []
     for index in range(2):
         path = tmp_path / f"twin_{index}.py"

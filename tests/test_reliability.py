@@ -112,8 +112,16 @@ def test_ruler_files_whose_answers_change_are_another_experiment(tmp_path):
     from restkv.eval.harness.runner import RunSettings, run_benchmark
 
     data = prepare_layout(tmp_path / "ruler")
-    overrides = (f"bench.data_dir={data}", "bench.lengths=null", "bench.samples=null", "limit=1", "budget=64",
-                 "model=tiny-random-llama", "policy.window=8", "bench.tasks=[niah_single_1]")  # fmt: skip
+    overrides = (
+        f"bench.data_dir={data}",
+        "bench.lengths=null",
+        "bench.samples=null",
+        "limit=1",
+        "budget=64",
+        "model=tiny-random-llama",
+        "policy.window=8",
+        "bench.tasks=[niah_single_1]",
+    )
     settings = RunSettings("ruler", "tiny-random-llama", "restkv", overrides=[], out_dir=tmp_path / "out")
     run_benchmark(_compose(tmp_path / "out", "bench=ruler", *overrides), settings)
     task_file = sorted(data.rglob("niah_single_1/validation.jsonl"))[0]
@@ -207,8 +215,17 @@ def _headline(report) -> list[tuple[str, str, float, int]]:
 def _one_run(root: Path, **options) -> Path:
     from test_report import write_run
 
-    return write_run(root, "micro", options.pop("policy", "snapkv"), options.pop("budget", 64), 0.5,
-                     samples=2, lengths=(1024,), tasks=("passkey",), **options)  # fmt: skip
+    return write_run(
+        root,
+        "micro",
+        options.pop("policy", "snapkv"),
+        options.pop("budget", 64),
+        0.5,
+        samples=2,
+        lengths=(1024,),
+        tasks=("passkey",),
+        **options,
+    )
 
 
 def test_an_empty_predictions_file_beside_valid_metrics_keeps_the_run(tmp_path):
@@ -484,29 +501,54 @@ def test_latency_budgets_above_the_context_are_noted():
 @pytest.mark.parametrize(
     ("command", "says"),
     [
-        (["eval/run.py", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "bench=micro"],
-         "hydra.launcher.n_jobs=0 is not allowed; use a positive integer, or -1"),
-        (["-m", "restkv.eval.latency", "latency=tiny", "latency.contexts=[256,abc]"],
-         "latency.contexts=[256, 'abc']: lengths must be positive integers"),
-        (["eval/run.py", "bench=longbench", "bench.data_dir={tmp}/none", "bench.hub=false", "bench.tasks=[qasper]"],
-         "LongBench data missing: {tmp}/none/qasper.jsonl. The hub was not used: it is off (bench.hub=false). To get "
-         "the data, run `python scripts/download_data.py longbench`"),
-        (["eval/run.py", "bench=micro", "out_dir={tmp}/a_file/results"],
-         "out_dir='{tmp}/a_file/results' is not allowed: {tmp}/a_file is a file, not a folder"),
-        (["scripts/make_figures.py", "table", "--runs", "{tmp}", "--out", "{tmp}/a_file/figures"],
-         "--out {tmp}/a_file/figures: {tmp}/a_file is a file, not a folder; choose another output folder"),
+        (
+            ["eval/run.py", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "bench=micro"],
+            "hydra.launcher.n_jobs=0 is not allowed; use a positive integer, or -1",
+        ),
+        (
+            ["-m", "restkv.eval.latency", "latency=tiny", "latency.contexts=[256,abc]"],
+            "latency.contexts=[256, 'abc']: lengths must be positive integers",
+        ),
+        (
+            ["eval/run.py", "bench=longbench", "bench.data_dir={tmp}/none", "bench.hub=false", "bench.tasks=[qasper]"],
+            "LongBench data missing: {tmp}/none/qasper.jsonl. The hub was not used: it is off (bench.hub=false). "
+            "To get the data, run `python scripts/download_data.py longbench`",
+        ),
+        (
+            ["eval/run.py", "bench=micro", "out_dir={tmp}/a_file/results"],
+            "out_dir='{tmp}/a_file/results' is not allowed: {tmp}/a_file is a file, not a folder",
+        ),
+        (
+            ["scripts/make_figures.py", "table", "--runs", "{tmp}", "--out", "{tmp}/a_file/figures"],
+            "--out {tmp}/a_file/figures: {tmp}/a_file is a file, not a folder; choose another output folder",
+        ),
         (["scripts/compare_policies.py", "--policies", "snapkv", "nope"], "--policies: unknown nope; known: "),
-        pytest.param(["scripts/compare_policies.py", "--policies", "kvpress"], "--policies kvpress: ",
-                     marks=pytest.mark.skipif(bool(importlib.util.find_spec("kvpress")), reason="kvpress installed")),
-        (["scripts/compare_policies.py", "--quant", "--quant-group-size", "7"],
-         "--quant-group-size 7 must divide the model's key/value row (64 = kv heads x head_dim)"),
-        (["scripts/compare_policies.py", "--quant-group-size", "32"],
-         "--quant-group-size 32 applies to the quantization table: add --quant (or --all)"),
+        pytest.param(
+            ["scripts/compare_policies.py", "--policies", "kvpress"],
+            "--policies kvpress: ",
+            marks=pytest.mark.skipif(bool(importlib.util.find_spec("kvpress")), reason="kvpress installed"),
+        ),
+        (
+            ["scripts/compare_policies.py", "--quant", "--quant-group-size", "7"],
+            "--quant-group-size 7 must divide the model's key/value row (64 = kv heads x head_dim)",
+        ),
+        (
+            ["scripts/compare_policies.py", "--quant-group-size", "32"],
+            "--quant-group-size 32 applies to the quantization table: add --quant (or --all)",
+        ),
     ],
-    ids=["n_jobs", "latency-contexts", "longbench-offline", "parent-is-a-file", "figures-out", "compare-policy",
-         "compare-kvpress-missing", "compare-group",
-         "compare-group-without-table"],
-)  # fmt: skip
+    ids=[
+        "n_jobs",
+        "latency-contexts",
+        "longbench-offline",
+        "parent-is-a-file",
+        "figures-out",
+        "compare-policy",
+        "compare-kvpress-missing",
+        "compare-group",
+        "compare-group-without-table",
+    ],
+)
 def test_command_line_refusals_are_one_line_exit_two(tmp_path, command, says):
     import subprocess
     import sys

@@ -30,10 +30,16 @@ def run_folder(
     (folder / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     counted = samples if counted is None else counted
     metrics = {
-        "average": 100.0, "tasks": {"passkey": 100.0}, "samples": {"passkey": counted}, "bench": "micro",
-        "model": "micro-llama", "policy": policy, "budget": "64", "protocol": "query_aware",
+        "average": 100.0,
+        "tasks": {"passkey": 100.0},
+        "samples": {"passkey": counted},
+        "bench": "micro",
+        "model": "micro-llama",
+        "policy": policy,
+        "budget": "64",
+        "protocol": "query_aware",
         "ran": {"tasks": ["passkey"], "samples": counted, "limit": None},
-    }  # fmt: skip
+    }
     (folder / "metrics.json").write_text(json.dumps(metrics))
     (folder / "config.yaml").write_text(yaml.safe_dump({"budget": 64, "protocol": "query_aware", **config}))
     return folder
@@ -111,8 +117,11 @@ def test_decode_time_and_multi_turn_runs_show_the_settings_that_acted(tmp_path: 
         "8",
     ]
     assert rows.loc["bbbbbbbb", ["budget", "phase", "evaluation", "protocol"]].tolist() == [
-        "64", "prefill", "multi_turn", "query_agnostic",
-    ]  # fmt: skip
+        "64",
+        "prefill",
+        "multi_turn",
+        "query_agnostic",
+    ]
 
 
 def test_an_empty_math_problem_is_refused_naming_file_and_line(tmp_path: Path) -> None:
@@ -190,8 +199,14 @@ def test_the_python_api_names_a_wrongly_typed_argument() -> None:
 
     from restkv import ReSTKV, compress
 
-    config = LlamaConfig(hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, vocab_size=64)  # fmt: skip
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=64,
+    )
     model = LlamaForCausalLM(config)
     with pytest.raises(TypeError, match=r"^compress: policy must be a policy object .*got str 'restkv'.*get_policy"):
         compress(model, "restkv", 64)

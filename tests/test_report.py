@@ -209,8 +209,12 @@ def test_make_figures_all_draws_every_artifact_and_lists_missing_runs(runs: Path
     assert rows[0] == "full" and rows.count("full") == 1  # the full cache once, first, whatever budgets it ran at
     restkv = [row for row in rows if row.startswith("restkv")]
     assert restkv == [
-        "restkv @ 64", "restkv @ 128", "restkv (hqq-4bit) @ 128", "restkv (alpha=0.1) @ 128", "restkv (alpha=0.6) @ 128"
-    ]  # fmt: skip
+        "restkv @ 64",
+        "restkv @ 128",
+        "restkv (hqq-4bit) @ 128",
+        "restkv (alpha=0.1) @ 128",
+        "restkv (alpha=0.6) @ 128",
+    ]
     assert (out / "lengths-micro-micro-llama-curves-budget64.png").exists()
     paired = (out / "paired-micro-micro-llama.md").read_text()
     assert "n=24" in paired and "| policy | 64 | 128 |" in paired and "snapkv" in paired and "[" in paired

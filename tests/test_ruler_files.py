@@ -66,9 +66,15 @@ def authors_layout(root: Path) -> Path:
 def run(tmp_path: Path, data_dir: Path, *overrides: str) -> tuple[dict, list[dict]]:
     out = tmp_path / "out"
     args = [
-        "model=tiny-random-llama", "policy=full", f"bench.data_dir={data_dir}", "bench.lengths=null",
-        "bench.samples=null", "bench.tasks=[niah_single_1,vt]", f"out_dir={out}", *overrides,
-    ]  # fmt: skip
+        "model=tiny-random-llama",
+        "policy=full",
+        f"bench.data_dir={data_dir}",
+        "bench.lengths=null",
+        "bench.samples=null",
+        "bench.tasks=[niah_single_1,vt]",
+        f"out_dir={out}",
+        *overrides,
+    ]
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=args)
     summary = run_benchmark(cfg, RunSettings("ruler", "tiny-random-llama", "full", out_dir=out))

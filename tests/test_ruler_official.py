@@ -145,8 +145,15 @@ def test_too_short_says_whether_exact_filling_would_fit(tokenizer) -> None:
 def test_only_frequent_words_keep_their_content_when_stepping_down(tokenizer) -> None:
     """The official generator re-draws an overflowing sample, except fwe, which keeps its vocabulary."""
     job = ruler.Job(
-        task="fwe", context_length=2048, budget=1998, seed="s", count=ruler.TokenCounter(tokenizer),
-        data=ruler.RulerData(), words=vocabulary("wonderwords"), sentences="rules", fit="official",
-    )  # fmt: skip
+        task="fwe",
+        context_length=2048,
+        budget=1998,
+        seed="s",
+        count=ruler.TokenCounter(tokenizer),
+        data=ruler.RulerData(),
+        words=vocabulary("wonderwords"),
+        sentences="rules",
+        fit="official",
+    )
     assert ruler.TASK_CONFIGS["fwe"].plan(job).redraw is False
     assert all(ruler.TASK_CONFIGS[t].plan(job).redraw for t in ("niah_single_1", "vt", "cwe"))

@@ -41,9 +41,17 @@ def test_its_turns_are_asked_on_one_compressed_cache(tmp_path: Path) -> None:
     from restkv.eval.harness.runner import RunSettings, run_benchmark
     from restkv.eval.run import CONFIGS
 
-    overrides = ["evaluation=multi_turn", "protocol=query_agnostic", "bench=scbench", f"bench.data_dir={FIXTURES}",
-                 "bench.tasks=[qa_eng]", "bench.max_new_tokens_cap=4", "model=tiny-random-llama", "budget=12",
-                 "policy.window=4"]  # fmt: skip
+    overrides = [
+        "evaluation=multi_turn",
+        "protocol=query_agnostic",
+        "bench=scbench",
+        f"bench.data_dir={FIXTURES}",
+        "bench.tasks=[qa_eng]",
+        "bench.max_new_tokens_cap=4",
+        "model=tiny-random-llama",
+        "budget=12",
+        "policy.window=4",
+    ]
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=[*overrides, f"out_dir={tmp_path}"])
     run_benchmark(cfg, RunSettings("scbench", "tiny-random-llama", "restkv", overrides, tmp_path))

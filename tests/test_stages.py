@@ -36,9 +36,21 @@ STAGE_MODULES = {
 def test_the_shared_knobs_are_the_interface_they_were() -> None:
     """One Hydra override per knob, as before the stages existed: the dataclass fields are unchanged."""
     assert [f.name for f in dataclasses.fields(Policy)] == [
-        "window", "gqa", "schedule", "beta", "allocation", "floor", "allocation_normalize", "head_scores",
-        "head_beta", "merge", "merge_start", "merge_seed", "think_ratio", "think_recent",
-    ]  # fmt: skip
+        "window",
+        "gqa",
+        "schedule",
+        "beta",
+        "allocation",
+        "floor",
+        "allocation_normalize",
+        "head_scores",
+        "head_beta",
+        "merge",
+        "merge_start",
+        "merge_seed",
+        "think_ratio",
+        "think_recent",
+    ]
     assert set(STAGE_KNOBS) == {f.name for f in dataclasses.fields(Policy)} - {"window"}
 
 

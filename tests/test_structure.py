@@ -202,6 +202,20 @@ def test_files_and_functions_stay_small() -> None:
                 assert length <= MAX_FUNCTION_LINES, f"{relative}:{node.lineno} {node.name} has {length} lines"
 
 
+def test_code_is_formatted_not_packed() -> None:
+    """Formatting is never switched off line by line: every file is laid out by ``ruff format`` (the tests too),
+    so a module near its size limit is split by concept rather than packed onto fewer lines."""
+    marker = "# fmt" + ": skip"
+    files = [*MODULES.values(), *(ROOT / "tests").rglob("*.py")]
+    packed = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in files
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if marker in line
+    ]
+    assert not packed, f"formatting switched off at {', '.join(packed)}; let ruff format lay these out"
+
+
 def test_the_api_reference_documents_every_module() -> None:
     """The reference pages are generated from the tree (``scripts/docs_api_pages.py``): each module is on one."""
     pages = PAGES

@@ -149,9 +149,14 @@ def test_batches_made_ahead_by_workers_are_the_ones_made_in_process(tokenizer) -
 
 def test_bf16_autocast_gives_the_float32_loss_to_bfloat16_precision() -> None:
     config = LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, tie_word_embeddings=True,
-    )  # fmt: skip
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     ids = torch.randint(3, 64, (2, 24))

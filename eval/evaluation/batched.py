@@ -46,6 +46,13 @@ class _Waiting:
     extras: dict[str, Any]
 
 
+def _rows_decoder(session: Session, rows: int | str, max_new: int, record: bool) -> BatchedDecoding:
+    """The decoder the session's prompts share, ``rows`` at a time (``record``: as recorded steps)."""
+    device = session.model.device
+    stops = STOP_CHECK_STEPS.get(device.type, DEFAULT_STOP_CHECK_STEPS)
+    return BatchedDecoding(session.model, rows, max_new, session.eos_ids, stops, record, lambda: gpu_free_bytes(device))
+
+
 def batched_answers(
     session: Session,
     work: list[tuple[Any, PromptTokens, int]],
@@ -59,12 +66,8 @@ def batched_answers(
     prompt decodes alone and its tokens are compared with the eager loop's; a failed check answers the prompts
     that would build a decoder of that signature with the eager loop, the reason in their records."""
     model, compressor = session.model, session.compressor
-    device = model.device
-    record = device.type in static_decoder.RECORDING_DEVICES and session.decode in ("auto", "graph")
-    batch = BatchedDecoding(
-        model, rows, max(m for _, _, m in work), session.eos_ids,
-        STOP_CHECK_STEPS.get(device.type, DEFAULT_STOP_CHECK_STEPS), record, lambda: gpu_free_bytes(device),
-    )  # fmt: skip
+    record = model.device.type in static_decoder.RECORDING_DEVICES and session.decode in ("auto", "graph")
+    batch = _rows_decoder(session, rows, max(m for _, _, m in work), record)
     checker = _Checked(batch, session.eos_ids, rows) if record and session.decode == "auto" else None
     path = "graph" if record else "static"
     order = [key for key, _, _ in work]

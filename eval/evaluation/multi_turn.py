@@ -40,8 +40,10 @@ class MultiTurn:
 
     def turns(self, benchmark: Benchmark, sample: Sample) -> list[Sample]:
         """The sample's turns as samples (its own question first), refused when it has only one."""
-        extra = [replace(sample, question=t["question"], answer_prefix=t["answer_prefix"], references=t["references"])
-                 for t in sample.meta.get("turns", [])]  # fmt: skip
+        extra = [
+            replace(sample, question=t["question"], answer_prefix=t["answer_prefix"], references=t["references"])
+            for t in sample.meta.get("turns", [])
+        ]
         turns = [sample, *extra][: self.max_turns]
         if len(turns) < 2 and self.max_turns != 1:
             raise ValueError(

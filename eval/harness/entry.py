@@ -90,8 +90,10 @@ def report_jobs(entry: EntryPoint, words: list[str], multirun: bool) -> int:
                 raise
             refused += 1
             print(f"{prefix}refused: {message}", flush=True)
-    print(f"checked {len(jobs)} jobs of {entry.command}: {len(jobs) - refused} ready, {refused} refused; nothing was "
-          f"run (drop {CHECK_FLAG} to run)")  # fmt: skip
+    print(
+        f"checked {len(jobs)} jobs of {entry.command}: {len(jobs) - refused} ready, {refused} refused; nothing was "
+        f"run (drop {CHECK_FLAG} to run)"
+    )
     return 2 if refused else 0
 
 

@@ -54,8 +54,19 @@ MOVED_TARGETS = {
     **{
         f"baselines.{name}": f"restkv.baselines.{name}"
         for name in (
-            "AdaKV", "CAM", "CriticalKV", "FullCache", "H2O", "HeadKV", "KNorm", "L2Norm", "PyramidKV",
-            "RandomEviction", "SnapKV", "StreamingLLM", "TOVA",
+            "AdaKV",
+            "CAM",
+            "CriticalKV",
+            "FullCache",
+            "H2O",
+            "HeadKV",
+            "KNorm",
+            "L2Norm",
+            "PyramidKV",
+            "RandomEviction",
+            "SnapKV",
+            "StreamingLLM",
+            "TOVA",
         )
     },
     "baselines.kvpress.KVPressPolicy": "restkv.interop.kvpress_policy.KVPressPolicy",
@@ -70,7 +81,7 @@ MOVED_TARGETS = {
     "eval.benchmarks.ruler.RulerBenchmark": "restkv.eval.benchmarks.ruler.RulerBenchmark",
     "eval.evaluation.Fidelity": "restkv.eval.evaluation.Fidelity",
     "eval.evaluation.Generate": "restkv.eval.evaluation.Generate",
-}  # fmt: skip
+}
 """Old ``_target_`` -> where the class is now, for identities saved before the move (see the module docstring)."""
 
 
@@ -78,10 +89,11 @@ def with_moved_targets(saved: Any) -> Any:
     """``saved`` with every ``_target_`` of `MOVED_TARGETS` renamed to the class's current place."""
     if isinstance(saved, dict):
         return {
-            key: MOVED_TARGETS.get(value, value) if key == "_target_" and isinstance(value, str)
+            key: MOVED_TARGETS.get(value, value)
+            if key == "_target_" and isinstance(value, str)
             else with_moved_targets(value)
             for key, value in saved.items()
-        }  # fmt: skip
+        }
     if isinstance(saved, list):
         return [with_moved_targets(item) for item in saved]
     return saved

@@ -51,9 +51,13 @@ def folder_of_job(job: Job) -> Path:
 
     choices, cfg = job.choices, job.config
     return run_folder(
-        Path(str(cfg.out_dir)), choices["bench"], choices["model"], choices["policy"], str(Budget(cfg.budget)),
+        Path(str(cfg.out_dir)),
+        choices["bench"],
+        choices["model"],
+        choices["policy"],
+        str(Budget(cfg.budget)),
         other_overrides(job.task_overrides),
-    )  # fmt: skip
+    )
 
 
 def describe_run_job(job: Job) -> str:

@@ -42,11 +42,16 @@ def summary_table(sweep: Path) -> str:
     header = ("bench", "model", "policy", "budget", "average", "n", "folder")
     cells = [
         (
-            str(r["bench"]), str(r["model"]), str(r["policy"]), str(r["budget"]),
-            "-" if r["average"] is None else f"{r['average']:.2f}", str(r["samples"] or "-"), r["folder"],
+            str(r["bench"]),
+            str(r["model"]),
+            str(r["policy"]),
+            str(r["budget"]),
+            "-" if r["average"] is None else f"{r['average']:.2f}",
+            str(r["samples"] or "-"),
+            r["folder"],
         )
         for r in rows
-    ]  # fmt: skip
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
     lines.append("-" * len(lines[0]))

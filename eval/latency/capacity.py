@@ -252,8 +252,9 @@ def measure_case(
 
 def _token_bytes(contents: list[dict[str, Any]]) -> int:
     """Bytes one decoded token adds to a row (every layer's stored heads)."""
-    return sum(c["keys"].shape[1] * (c["keys"].shape[-1] + c["values"].shape[-1]) * c["keys"].element_size()
-               for c in contents)  # fmt: skip
+    return sum(
+        c["keys"].shape[1] * (c["keys"].shape[-1] + c["values"].shape[-1]) * c["keys"].element_size() for c in contents
+    )
 
 
 def run(settings: Settings, tick: Callable[[], object] = lambda: None) -> dict[str, Any]:

@@ -101,8 +101,11 @@ def plot(record: dict[str, Any], stem: Path) -> list[Path]:
         for row, (key, label) in enumerate([("tokens_per_second", "decode tokens/s (all rows)"), ("batch", "batch")]):
             ax = axes[row][column]
             for policy in dict.fromkeys(e["policy"] for e in entries if e["tokens"] is not None):
-                points = sorted((e["kept_tokens_mean"] / context, e.get(key) or 0) for e in entries
-                                if e["policy"] == policy and e["tokens"] is not None)  # fmt: skip
+                points = sorted(
+                    (e["kept_tokens_mean"] / context, e.get(key) or 0)
+                    for e in entries
+                    if e["policy"] == policy and e["tokens"] is not None
+                )
                 ax.plot(*zip(*points, strict=True), marker="o", label=policy)
             if full is not None:
                 ax.axhline(full.get(key) or 0, color="black", linestyle="--", label="full cache")

@@ -75,8 +75,15 @@ def measure_job(model: PreTrainedModel, settings: Settings, job: Job) -> dict[st
     for _ in range(settings.warmup):
         first_token(model, settings, job, ids)
     times = [first_token(model, settings, job, ids)["seconds"] for _ in range(settings.repeats)]
-    return {**job, "ttft_seconds": statistics.median(times), "times": times, "kv_peak_tokens": first["kv_peak_tokens"],
-            "peak_bytes": memory["delta_bytes"], "memory_method": memory["method"], "oom": False}  # fmt: skip
+    return {
+        **job,
+        "ttft_seconds": statistics.median(times),
+        "times": times,
+        "kv_peak_tokens": first["kv_peak_tokens"],
+        "peak_bytes": memory["delta_bytes"],
+        "memory_method": memory["method"],
+        "oom": False,
+    }
 
 
 def isolated_job(settings_dict: dict[str, Any], job: Job) -> dict[str, Any]:

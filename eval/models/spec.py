@@ -195,9 +195,12 @@ def check_attention_backend(spec: ModelSpec, device_type: str) -> None:
     its config, and so its identity, names.
     """
     check_backend_runs(
-        spec.attn_implementation, device_type, "model.attn_implementation", "device=cuda",
+        spec.attn_implementation,
+        device_type,
+        "model.attn_implementation",
+        "device=cuda",
         " (recorded in the run's identity and folder name)",
-    )  # fmt: skip
+    )
 
 
 def check_backend_runs(implementation: str, device_type: str, key: str, gpu_override: str, note: str = "") -> None:

@@ -208,8 +208,12 @@ def _length_curves(group: pd.DataFrame, bench: str, model: str, out: Path, stem:
     plain = group[(group.knobs == "") & (group.quantization == "none") & ~ablated]
     full = plain[plain.policy == "full"]
     for budget, rows in plain[plain.policy != "full"].groupby("budget", sort=False):
-        written += _length_figure(pd.concat([full, rows]), f"{bench} by context length · {model} · budget {budget}",
-                                  out, f"{stem}-curves-budget{budget}")  # fmt: skip
+        written += _length_figure(
+            pd.concat([full, rows]),
+            f"{bench} by context length · {model} · budget {budget}",
+            out,
+            f"{stem}-curves-budget{budget}",
+        )
     return written
 
 
@@ -336,9 +340,13 @@ def sensitivity(report: Report) -> list[Path]:
             ax.set_ylabel(f"{bench} average")
             title(ax, f"ReST-KV sensitivity to {knob} · {bench} · {model} · budget {budget}")
             ax.grid(alpha=0.3)
-            ax.legend([*ax.get_legend_handles_labels()[0], paper_line],
-                      [label, textwrap.fill(f"paper: {reported.source.removeprefix('paper ')}", 90)], fontsize=6,
-                      loc="upper center", bbox_to_anchor=(0.5, -0.14))  # fmt: skip
+            ax.legend(
+                [*ax.get_legend_handles_labels()[0], paper_line],
+                [label, textwrap.fill(f"paper: {reported.source.removeprefix('paper ')}", 90)],
+                fontsize=6,
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.14),
+            )
             written += save(fig, report.out, _stem("sensitivity", knob, bench, model, f"budget{budget}"))
     return written
 
@@ -368,8 +376,13 @@ def _variants_grid(report: Report, keep: str, heading: str, stem: str) -> list[P
         cache = group.cache_bytes.map(lambda b: "" if pd.isna(b) else f" · {b / 2**10:.0f} KiB")
         group = group.assign(text=[interval_text(r) for _, r in group.iterrows()] + cache)
         grid = _grid(group, "row", "budget").fillna("-")
-        written += table_figure(grid, f"{heading} · {bench} · {model}", report.out, _stem(stem, bench, model),
-                                "score [95% CI] · mean cache allocated per sample")  # fmt: skip
+        written += table_figure(
+            grid,
+            f"{heading} · {bench} · {model}",
+            report.out,
+            _stem(stem, bench, model),
+            "score [95% CI] · mean cache allocated per sample",
+        )
     return written
 
 

@@ -41,48 +41,90 @@ class Artifact:
 
 _LLAMA31 = "llama-3.1-8b-instruct"
 ARTIFACTS: tuple[Artifact, ...] = (
-    Artifact("budgets", "average score against the budget per policy (LongBench figures)", accuracy.budgets, (
-        Needs("longbench", _LLAMA31, "python eval/run.py experiment=longbench_llama3"),
-        Needs("longbench", "llama-2-7b-chat", "python eval/run.py experiment=longbench_llama2"),
-        Needs("longbench", "mistral-7b-instruct-v0.3", "python eval/run.py experiment=longbench_mistral"),
-        Needs("micro", "micro-llama", MICRO),
-    )),
-    Artifact("tasks", "per-task tables (LongBench, InfiniteBench)", accuracy.tasks, (
-        Needs("longbench", _LLAMA31, "python eval/run.py experiment=longbench_llama3"),
-        Needs("infinitebench", _LLAMA31, "python eval/run.py experiment=infinitebench_llama3"),
-        Needs("micro", "micro-llama", MICRO),
-    )),
-    Artifact("lengths", "average by context length (the RULER table)", accuracy.lengths, (
-        Needs("ruler", _LLAMA31, "python eval/run.py experiment=ruler_llama3"),
-        Needs("micro", "micro-llama", MICRO),
-    )),
-    Artifact("niah", "needle heatmaps, one per policy, one colour scale", accuracy.niah, (
-        Needs("niah", _LLAMA31, "python eval/run.py experiment=niah_llama3"),
-        Needs("niah_micro", "micro-llama", "python eval/run.py experiment=paper_micro/niah"),
-    )),
-    Artifact("ablation", "indicator / temporal / spatial ablation table", accuracy.ablation, (
-        Needs("longbench", _LLAMA31, "python eval/run.py experiment=ablation_llama3"),
-        Needs("micro", "micro-llama", "python eval/run.py experiment=paper_micro/ablation"),
-    )),
-    Artifact("sensitivity", "ReST-KV against alpha and scale", accuracy.sensitivity, (
-        Needs("longbench", _LLAMA31, "python eval/run.py experiment=sensitivity_alpha (and sensitivity_scale)"),
-        Needs("micro", "micro-llama", "python eval/run.py experiment=paper_micro/alpha (and paper_micro/scale)"),
-    )),
-    Artifact("paired", "ReST-KV minus each policy, paired bootstrap", accuracy.comparisons, (
-        Needs("micro", "micro-llama", MICRO),
-    )),
-    Artifact("headwise", "head-wise allocations next to uniform ones", accuracy.headwise, (
-        Needs("micro", "micro-llama", MICRO),
-    )),
-    Artifact("quantized", "quantized caches next to full-precision ones", accuracy.quantized, (
-        Needs("micro", "micro-llama", "python eval/run.py experiment=paper_micro/quant"),
-    )),
-    Artifact("efficiency", "latency and memory against context, next to the paper's ratios", efficiency.efficiency, (
-        Needs("latency", "", "python -m restkv.eval.latency latency=gpu-h200-paper (CPU: latency=tiny)"),
-    )),
+    Artifact(
+        "budgets",
+        "average score against the budget per policy (LongBench figures)",
+        accuracy.budgets,
+        (
+            Needs("longbench", _LLAMA31, "python eval/run.py experiment=longbench_llama3"),
+            Needs("longbench", "llama-2-7b-chat", "python eval/run.py experiment=longbench_llama2"),
+            Needs("longbench", "mistral-7b-instruct-v0.3", "python eval/run.py experiment=longbench_mistral"),
+            Needs("micro", "micro-llama", MICRO),
+        ),
+    ),
+    Artifact(
+        "tasks",
+        "per-task tables (LongBench, InfiniteBench)",
+        accuracy.tasks,
+        (
+            Needs("longbench", _LLAMA31, "python eval/run.py experiment=longbench_llama3"),
+            Needs("infinitebench", _LLAMA31, "python eval/run.py experiment=infinitebench_llama3"),
+            Needs("micro", "micro-llama", MICRO),
+        ),
+    ),
+    Artifact(
+        "lengths",
+        "average by context length (the RULER table)",
+        accuracy.lengths,
+        (
+            Needs("ruler", _LLAMA31, "python eval/run.py experiment=ruler_llama3"),
+            Needs("micro", "micro-llama", MICRO),
+        ),
+    ),
+    Artifact(
+        "niah",
+        "needle heatmaps, one per policy, one colour scale",
+        accuracy.niah,
+        (
+            Needs("niah", _LLAMA31, "python eval/run.py experiment=niah_llama3"),
+            Needs("niah_micro", "micro-llama", "python eval/run.py experiment=paper_micro/niah"),
+        ),
+    ),
+    Artifact(
+        "ablation",
+        "indicator / temporal / spatial ablation table",
+        accuracy.ablation,
+        (
+            Needs("longbench", _LLAMA31, "python eval/run.py experiment=ablation_llama3"),
+            Needs("micro", "micro-llama", "python eval/run.py experiment=paper_micro/ablation"),
+        ),
+    ),
+    Artifact(
+        "sensitivity",
+        "ReST-KV against alpha and scale",
+        accuracy.sensitivity,
+        (
+            Needs("longbench", _LLAMA31, "python eval/run.py experiment=sensitivity_alpha (and sensitivity_scale)"),
+            Needs("micro", "micro-llama", "python eval/run.py experiment=paper_micro/alpha (and paper_micro/scale)"),
+        ),
+    ),
+    Artifact(
+        "paired",
+        "ReST-KV minus each policy, paired bootstrap",
+        accuracy.comparisons,
+        (Needs("micro", "micro-llama", MICRO),),
+    ),
+    Artifact(
+        "headwise",
+        "head-wise allocations next to uniform ones",
+        accuracy.headwise,
+        (Needs("micro", "micro-llama", MICRO),),
+    ),
+    Artifact(
+        "quantized",
+        "quantized caches next to full-precision ones",
+        accuracy.quantized,
+        (Needs("micro", "micro-llama", "python eval/run.py experiment=paper_micro/quant"),),
+    ),
+    Artifact(
+        "efficiency",
+        "latency and memory against context, next to the paper's ratios",
+        efficiency.efficiency,
+        (Needs("latency", "", "python -m restkv.eval.latency latency=gpu-h200-paper (CPU: latency=tiny)"),),
+    ),
     Artifact("long-outputs", "accuracy and answer length against the budget, per phase", long_outputs.lengths),
     Artifact("multi-turn", "accuracy of each turn of evaluation=multi_turn runs", long_outputs.turns),
-)  # fmt: skip
+)
 NAMES = tuple(a.name for a in ARTIFACTS)
 
 

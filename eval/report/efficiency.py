@@ -80,8 +80,13 @@ def _panel(ax: Any, ours: dict[str, tuple[list[float], list[float]]], reported: 
         if policy == "full":
             continue
         style = {"color": colors[policy]} if policy in colors else {}
-        ax.plot(reported.x, [v / f for v, f in zip(values, full, strict=True)],
-                label=f"{policy} (paper)", **style, **PAPER_STYLE)  # fmt: skip
+        ax.plot(
+            reported.x,
+            [v / f for v, f in zip(values, full, strict=True)],
+            label=f"{policy} (paper)",
+            **style,
+            **PAPER_STYLE,
+        )
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8, label="full cache")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length (tokens)")
@@ -107,7 +112,10 @@ def efficiency(report: Any) -> list[Path]:
         fig, axes = pyplot().subplots(1, 2, figsize=(11, 4.2))
         _panel(axes[0], decode, paper.EFFICIENCY["decode_latency_seconds"], "decoding latency")
         _panel(axes[1], memory, paper.EFFICIENCY["peak_memory_gb"], "peak memory")
-        fig.suptitle(f"{stem}: {record['model'].get('shape')} on {record['machine'].get('device')} · "
-                     f"dotted: {paper.EFFICIENCY_FIGURE}", fontsize=8)  # fmt: skip
+        fig.suptitle(
+            f"{stem}: {record['model'].get('shape')} on {record['machine'].get('device')} · "
+            f"dotted: {paper.EFFICIENCY_FIGURE}",
+            fontsize=8,
+        )
         written += save(fig, report.out, f"efficiency-{stem}-vs-paper")
     return written

@@ -22,9 +22,24 @@ from restkv.eval.report.settings import acted_settings
 from restkv.eval.report.uncertainty import LEVEL, RESAMPLES
 
 RUN_COLUMNS = [
-    "model", "bench", "policy", "budget", "phase", "decode_budget", "decode_interval", "evaluation", "allocation",
-    "quantization", "storage", "knobs", "protocol", "variant", "sibling", "source", "folder",
-]  # fmt: skip
+    "model",
+    "bench",
+    "policy",
+    "budget",
+    "phase",
+    "decode_budget",
+    "decode_interval",
+    "evaluation",
+    "allocation",
+    "quantization",
+    "storage",
+    "knobs",
+    "protocol",
+    "variant",
+    "sibling",
+    "source",
+    "folder",
+]
 """What identifies a run in the table, each as it acted (`restkv.eval.report.settings`: ``budget`` is '-' for a
 decode-only run, whose prefill budget never acted; ``phase``, ``decode_budget``, ``decode_interval``: eviction
 while answering; ``evaluation``: generate, fidelity or multi_turn; ``protocol``: the one used, query_agnostic for
@@ -59,9 +74,10 @@ def _storage(config: dict[str, Any]) -> str:
     if quantization.get("backend", "none") != "none":
         defaults = {f: getattr(Quantization(), f) for f in Quantization.__dataclass_fields__}
         parts += [
-            f"{key}={value}" for key, value in sorted(quantization.items())
+            f"{key}={value}"
+            for key, value in sorted(quantization.items())
             if key not in ("backend", "nbits") and defaults.get(key) != value
-        ]  # fmt: skip
+        ]
     return ",".join(parts)
 
 

@@ -175,11 +175,15 @@ def signature(model: PreTrainedModel, contents: list[dict[str, Any]], max_steps:
     """What a decoder's buffers and recording depend on: the model, each layer's static shape, the answer length."""
     layers = tuple(
         (
-            tuple(c["keys"].shape[:2]), capacity(c, max_steps), c["keys"].shape[-1],
-            c["keys"].dtype, c["repeat"], None if c["visible"] is None else c["visible"].shape[1],
+            tuple(c["keys"].shape[:2]),
+            capacity(c, max_steps),
+            c["keys"].shape[-1],
+            c["keys"].dtype,
+            c["repeat"],
+            None if c["visible"] is None else c["visible"].shape[1],
         )
         for c in contents
-    )  # fmt: skip
+    )
     return (id(model), str(model.device), layers, max_steps, tuple(eos))
 
 

@@ -295,9 +295,17 @@ def flash_static_attention(
     sequences = torch.arange(b * stored + 1, dtype=torch.int32, device=query.device)
     extra = {"enable_gqa": True} if group > 1 and _accepts(function, "enable_gqa") else {}
     out = function(
-        q, keys, values, sequences, sequences * capacity, 1, capacity,
-        scale=scaling, seqused_k=layer.lengths.reshape(-1).to(torch.int32), **extra,
-    )  # fmt: skip
+        q,
+        keys,
+        values,
+        sequences,
+        sequences * capacity,
+        1,
+        capacity,
+        scale=scaling,
+        seqused_k=layer.lengths.reshape(-1).to(torch.int32),
+        **extra,
+    )
     return out.reshape(b, 1, heads, d)
 
 

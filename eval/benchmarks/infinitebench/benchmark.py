@@ -88,9 +88,19 @@ HUB_REPO = "xinrongzhang2022/InfiniteBench"
 DEFAULT_DATA_DIR = "data/InfiniteBench"
 
 TASKS: tuple[str, ...] = (
-    "passkey", "number_string", "kv_retrieval", "longbook_sum_eng", "longbook_choice_eng", "longbook_qa_eng",
-    "longbook_qa_chn", "longdialogue_qa_eng", "math_find", "math_calc", "code_run", "code_debug",
-)  # fmt: skip
+    "passkey",
+    "number_string",
+    "kv_retrieval",
+    "longbook_sum_eng",
+    "longbook_choice_eng",
+    "longbook_qa_eng",
+    "longbook_qa_chn",
+    "longdialogue_qa_eng",
+    "math_find",
+    "math_calc",
+    "code_run",
+    "code_debug",
+)
 """The 12 tasks of the authors' ``run_infinite_bench.py`` / ``eval_infinite.py``."""
 
 CHOICE_TASKS: frozenset[str] = frozenset({"longbook_choice_eng", "code_debug"})
@@ -292,9 +302,13 @@ class InfiniteBenchBenchmark:
     def check_data(self) -> None:
         """Missing task files the hub cannot supply, refused before any model loads."""
         check_task_files(
-            self.tasks, resolve_path(self.data_dir), lambda task: f"{task}.jsonl", hub=self.hub,
-            benchmark="InfiniteBench", dataset="infinitebench",
-        )  # fmt: skip
+            self.tasks,
+            resolve_path(self.data_dir),
+            lambda task: f"{task}.jsonl",
+            hub=self.hub,
+            benchmark="InfiniteBench",
+            dataset="infinitebench",
+        )
 
     def load_samples(self, tokenizer: PreTrainedTokenizerBase | Any) -> list[Sample]:
         wrap_inst = self.chat_template == "authors" and is_llama2(tokenizer)

@@ -60,12 +60,29 @@ def _required_kwarg(kwargs: dict[str, Any], name: str, metric: str, meaning: str
 
 LONGBENCH_TASKS: frozenset[str] = frozenset(
     {
-        "narrativeqa", "qasper", "multifieldqa_en", "multifieldqa_zh", "hotpotqa", "2wikimqa",
-        "musique", "dureader", "gov_report", "qmsum", "multi_news", "vcsum", "trec", "triviaqa",
-        "samsum", "lsht", "passage_retrieval_en", "passage_count", "passage_retrieval_zh", "lcc",
+        "narrativeqa",
+        "qasper",
+        "multifieldqa_en",
+        "multifieldqa_zh",
+        "hotpotqa",
+        "2wikimqa",
+        "musique",
+        "dureader",
+        "gov_report",
+        "qmsum",
+        "multi_news",
+        "vcsum",
+        "trec",
+        "triviaqa",
+        "samsum",
+        "lsht",
+        "passage_retrieval_en",
+        "passage_count",
+        "passage_retrieval_zh",
+        "lcc",
         "repobench-p",
     }
-)  # fmt: skip
+)
 LONGBENCH_FIRST_LINE_TASKS: frozenset[str] = frozenset({"trec", "triviaqa", "samsum", "lsht"})
 
 

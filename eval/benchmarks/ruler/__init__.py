@@ -169,4 +169,4 @@ __all__ = [
     "vocabulary",
     "vt_builder",
     "vt_example",
-]  # fmt: skip
+]

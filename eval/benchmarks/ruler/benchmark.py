@@ -100,9 +100,16 @@ class RulerBenchmark:
             for length in self.lengths:
                 try:
                     made = generate(
-                        task, tokenizer, int(length), self.samples, self.seed, data,
-                        fit=self.fit, words=self.words, sentences=sentences,
-                    )  # fmt: skip
+                        task,
+                        tokenizer,
+                        int(length),
+                        self.samples,
+                        self.seed,
+                        data,
+                        fit=self.fit,
+                        words=self.words,
+                        sentences=sentences,
+                    )
                 except FileNotFoundError as missing:
                     self.skipped[task] = str(missing)
                     print(f"skipping RULER {task}: {missing}", file=sys.stderr)

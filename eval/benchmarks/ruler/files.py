@@ -145,8 +145,14 @@ def _duplicates(files: list[TaskFile]) -> list[str]:
 
 
 TEMPLATE_STARTS = (
-    "<|begin_of_text|>", "[INST]", "<|user|>", "<BOS_TOKEN>", "<|im_start|>", "[gMASK]", "<|startoftext|>",
-)  # fmt: skip
+    "<|begin_of_text|>",
+    "[INST]",
+    "<|user|>",
+    "<BOS_TOKEN>",
+    "<|im_start|>",
+    "[gMASK]",
+    "<|startoftext|>",
+)
 """How prompts wrapped in a model template by ``prepare.py --model_template_type`` begin."""
 
 

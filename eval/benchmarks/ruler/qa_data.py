@@ -152,10 +152,12 @@ _SQUAD_QUESTION = {"question": _TEXT, "answers": Field((list,), "a list of {text
 _SQUAD_PARAGRAPH = {"context": _TEXT, "qas": Field((list,), "a list of questions", fields=_SQUAD_QUESTION)}
 SQUAD = {
     "data": Field(
-        (list,), "a list of articles", nonempty=True,
+        (list,),
+        "a list of articles",
+        nonempty=True,
         fields={"paragraphs": Field((list,), "a list of paragraphs", fields=_SQUAD_PARAGRAPH)},
     )
-}  # fmt: skip
+}
 """SQuAD 2.0's layout, as far as qa_1 reads it (checked by `restkv.eval.benchmarks.shared.records`)."""
 _HOTPOT_RECORD = {"question": _TEXT, "answer": _TEXT, "context": Field((list,), "[title, sentences]s", items=(list,))}
 HOTPOT = {"records": Field((list,), "a list of questions", nonempty=True, fields=_HOTPOT_RECORD)}

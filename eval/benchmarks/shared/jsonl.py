@@ -19,9 +19,17 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DataFileError", "Field", "JsonlSource", "all_items", "check_fields", "iter_jsonl", "iter_lines", "open_jsonl",
-    "resolve_path", "task_records",
-]  # fmt: skip
+    "DataFileError",
+    "Field",
+    "JsonlSource",
+    "all_items",
+    "check_fields",
+    "iter_jsonl",
+    "iter_lines",
+    "open_jsonl",
+    "resolve_path",
+    "task_records",
+]
 
 from restkv.eval.benchmarks.contract.reads import note
 from restkv.eval.benchmarks.shared.records import ID, DataFileError, Field, all_items, check_fields

@@ -164,9 +164,14 @@ class LocalTaskFiles:
     def load_samples(self, tokenizer: Any) -> list[Any]:
         folder = resolve_path(self.data_dir)
         return load_task_files(
-            self.tasks, folder, self.file_name, self.task_samples, fallback=None, benchmark=self.benchmark,
+            self.tasks,
+            folder,
+            self.file_name,
+            self.task_samples,
+            fallback=None,
+            benchmark=self.benchmark,
             dataset=self.dataset,
-        )  # fmt: skip
+        )
 
     def task_samples(self, task: str, source: JsonlSource) -> list[Any]:
         raise NotImplementedError(f"{type(self).__name__} does not build samples (task_samples)")
