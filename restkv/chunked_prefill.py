@@ -20,9 +20,10 @@ A prompt no longer than one chunk is prefilled in one forward: byte for byte tod
 fractional budget is resolved against the whole prompt's length before the first chunk.
 
 Refused by name before any work (`check_chunked_prefill`): policies that read every query of the prompt (H2O's
-accumulated attention has no value on a compressed cache), decode-time eviction, ``gqa='expand'`` on a
-grouped-query model (its cache per query head cannot take the next chunk's key/value heads), and a chunk no
-longer than the window.
+accumulated attention has no value on a compressed cache), policies that score by a pass over the whole context
+after the prefill (KVzip), kvpress presses that run through kvpress's own hooks, decode-time eviction,
+``gqa='expand'`` on a grouped-query model (its cache per query head cannot take the next chunk's key/value heads),
+and a chunk no longer than the window.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from restkv.head_selection import HeadSelection
+from restkv.scoring_pass import asks_scoring_pass
 from restkv.select import Budget, gather_positions, keep_indices
 
 if TYPE_CHECKING:
@@ -58,6 +60,18 @@ def check_chunked_prefill(policy: Policy, chunk: int, config: Any = None, decode
         raise NotImplementedError(
             f"compression.prefill_chunk with {owner}: {owner} scores with every query of the whole prompt "
             "(accumulated attention), which a cache compressed chunk by chunk no longer has; use prefill_chunk=null"
+        )
+    if asks_scoring_pass(policy):
+        raise NotImplementedError(
+            f"compression.prefill_chunk with {owner}: {owner} scores by extra forwards over the whole context once "
+            "the prefill is done (a scoring pass), which a cache compressed chunk by chunk no longer holds; use "
+            "prefill_chunk=null"
+        )
+    if getattr(policy, "route", None) == "kvpress_hooks":
+        raise NotImplementedError(
+            f"compression.prefill_chunk with kvpress's {getattr(policy, 'press', owner)}: that press runs through "
+            "kvpress's own hooks, which compress at the end of a forward from an empty cache (here the first "
+            "chunk's) and know nothing of the chunks after it; use prefill_chunk=null"
         )
     if decode_eviction is not None:
         raise NotImplementedError(

@@ -154,6 +154,7 @@ def test_what_cannot_be_chunked_is_refused_by_name() -> None:
     model = tiny_model("llama", attn="eager")
     refusals = [
         (get_policy("h2o", window=WINDOW), CHUNK, None, "every query of the whole prompt"),
+        (get_policy("kvzip"), CHUNK, None, "a scoring pass"),
         (get_policy("snapkv", window=WINDOW, gqa="expand"), CHUNK, None, "gqa='expand'"),
         (get_policy("snapkv", window=WINDOW), WINDOW, None, "longer than the window"),
         (get_policy("snapkv", window=WINDOW), 0, None, "prefill_chunk=0"),

@@ -94,3 +94,13 @@ def test_the_runner_records_and_metrics_say_the_route(model, tmp_path: Path) -> 
     assert metrics["cache"]["kvpress_route"] == "kvpress_hooks" and metrics["cache"]["kvpress_cache"] == ["masked"]
     record = json.loads(next(tmp_path.rglob("predictions.jsonl")).read_text().splitlines()[0])
     assert record["kvpress_route"] == "kvpress_hooks" and record["kept_tokens"] == 128
+
+
+def test_chunked_prefill_refuses_the_hooks_route(model) -> None:
+    """kvpress's hooks compress at the end of the first forward from an empty cache: a first chunk is not the
+    prompt, so chunked prefill refuses the route by name before any work."""
+    from restkv.chunked_prefill import enable_chunked_prefill
+
+    policy = KVPressPolicy(**knobs_for("KVzipPress"))
+    with compress(model, policy, budget=BUDGET) as compressor, pytest.raises(NotImplementedError, match="KVzipPress"):
+        enable_chunked_prefill(compressor, 128)
