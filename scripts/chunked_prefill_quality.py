@@ -25,28 +25,18 @@ from restkv.eval.report.collect import folder_scores
 from restkv.eval.report.uncertainty import paired_difference
 from restkv.eval.run import CONFIGS
 
-POLICIES = [
-    "streamingllm",
-    "h2o",
-    "tova",
-    "knorm",
-    "l2norm",
-    "snapkv",
-    "pyramidkv",
-    "adakv",
-    "restkv",
-    "ada_restkv",
-    "cam",
-    "think",
-    "criticalkv",
-    "critical_adakv",
-    "dropkv",
-    "caote",
-    "restkv_defensive",
-    "defensivekv",
-    "layer_defensivekv",
-]
-"""Every native policy of `scripts/compare_policies.py --all` but the full cache (which evicts nothing)."""
+SKIPPED = ("full", "kvpress")
+"""Left out of the default list: the full cache evicts nothing; kvpress needs a press named (policy.press)."""
+
+
+def default_policies() -> list[str]:
+    """Every policy and preset of ``configs/policy/`` (as `scripts/compare_policies.py --all` lists them) but
+    `SKIPPED`; those chunked prefill refuses show as refused in the table."""
+    from restkv.eval.report.compare import comparable_policies
+
+    return [name for name in comparable_policies() if name not in SKIPPED]
+
+
 TASKS = ["micro_single_2", "micro_multikey_1", "micro_multivalue", "passkey"]
 ONE_SHOT = "one-shot"
 
@@ -54,7 +44,7 @@ ONE_SHOT = "one-shot"
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="micro-llama")
-    parser.add_argument("--policies", nargs="+", default=POLICIES)
+    parser.add_argument("--policies", nargs="+", default=None, help="default: default_policies()")
     parser.add_argument("--budgets", nargs="+", default=["128", "256"])
     parser.add_argument("--chunks", nargs="+", type=int, default=[512, 1024])
     parser.add_argument("--tasks", nargs="+", default=TASKS)
@@ -168,6 +158,7 @@ def plot(args: argparse.Namespace, found: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    args.policies = args.policies or default_policies()
     found = collect(args)
     stem = Path(args.summary)
     stem.parent.mkdir(parents=True, exist_ok=True)
