@@ -12,7 +12,7 @@ from restkv.scoring_policy import ScoringPolicy
 @dataclass
 class CAM(ScoringPolicy):
     """Past tokens ranked by the window's attention summed over its queries (no pooling, as the authors'
-    ``CAMKVCluster``); values merged by CAM's random merging (`restkv.merge`) before the kept ones are stored.
+    ``CAMKVCluster``); values merged by CAM's random merging (`restkv.stages.merge`) before the kept ones are stored.
 
     Any scorer merges the same way with ``merge='cam'`` (e.g. ``policy=restkv policy.merge=cam``).
     """

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
-from restkv.allocation import HeadSelection, top_positions
 from restkv.checks import check_number
 from restkv.policy import LayerInputs
 from restkv.registry import register_policy, register_preset
 from restkv.scoring_policy import ScoringPolicy
 from restkv.select import Budget, keep_indices, leading, reduce_groups
+from restkv.stages.allocation import HeadSelection, top_positions
 
 
 def projected_value_norms(values: torch.Tensor, weight: torch.Tensor, heads: int, past: int) -> torch.Tensor:

@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from restkv.integrate import KVCompressor, compress
     from restkv.policy import LayerInputs, Policy
-    from restkv.quantize import Quantization
     from restkv.registry import get_policy, policy_names, preset_names, register_policy, register_preset
     from restkv.restkv import ReSTKV
     from restkv.scoring_policy import ScoringPolicy
     from restkv.select import Budget
+    from restkv.storage.quantize import Quantization
 
 _EXPORTS = {
     "Budget": "restkv.select",
     "KVCompressor": "restkv.integrate",
     "LayerInputs": "restkv.policy",
     "Policy": "restkv.policy",
-    "Quantization": "restkv.quantize",
+    "Quantization": "restkv.storage.quantize",
     "ReSTKV": "restkv.restkv",
     "ScoringPolicy": "restkv.scoring_policy",
     "compress": "restkv.integrate",

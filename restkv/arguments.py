@@ -49,7 +49,7 @@ def check_compress_arguments(model: Any, policy: Any, budget: Any, **options: An
         check_type(owner, name, options[name], str, "a string naming a choice")
     for name in ("timed", "trace_decode"):
         check_type(owner, name, options[name], bool, "True or False")
-    # quantization: refused by name in `restkv.quantize.enabled_quantization` (with an example of what to pass)
+    # quantization: refused by name in `restkv.storage.quantize.enabled_quantization` (with an example of what to pass)
     decode_eviction = options["decode_eviction"]
     if decode_eviction is not None:
         how = _build_hint("restkv.decoding.eviction.DecodeEviction", decode_eviction)

@@ -8,8 +8,8 @@ implementation, counted by users); for modules under a compressor it
 
 1. records the prefill queries the policy needs (``compressor._capture``);
 2. adapts the model's mask to a layer whose cache length differs from layer 0's (PyramidKV);
-3. computes attention over a head-wise layout: `restkv.varlen.varlen_attention` for a varlen
-   layer, the model's own kernel with a per-head mask for a masked one (`restkv.layouts`), and
+3. computes attention over a head-wise layout: `restkv.storage.varlen.varlen_attention` for a varlen
+   layer, the model's own kernel with a per-head mask for a masked one (`restkv.storage.layouts`), and
    `restkv.decoding.static_layers.static_attention` for a static-shape one (a captured decode step's);
 4. otherwise calls what would have run without it (a locally registered override, else the
    implementation's function), with ``decode_kernel='gemm'`` decode steps on CPU computed by
@@ -31,8 +31,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv.decoding.cpu_attention import can_use_decode_attention, decode_attention
 from restkv.decoding.static_layers import StaticLayer, static_attention
-from restkv.layouts import MaskedLayer, VarlenLayer, layout_of, reader_installed
-from restkv.varlen import varlen_attention
+from restkv.storage.layouts import MaskedLayer, VarlenLayer, layout_of, reader_installed
+from restkv.storage.varlen import varlen_attention
 
 ACTIVE: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
 """Attention modules under compression -> their `restkv.integrate.KVCompressor` (which imports this module)."""

@@ -4,7 +4,7 @@ checked against them before any heavy import (the modules that implement each ch
 from __future__ import annotations
 
 LAYOUTS = ("auto", "varlen", "masked")
-"""How kept tokens are stored (`restkv.layouts`)."""
+"""How kept tokens are stored (`restkv.storage.layouts`)."""
 DECODE_PATHS = ("auto", "eager", "static", "graph")
 """How greedy answers are decoded (`restkv.decoding.static_decoder`): ``eager``, the model's own loop; ``static``,
 the static-shape step run eagerly; ``graph``, that step recorded once as a CUDA graph and replayed; ``auto``,
@@ -23,6 +23,6 @@ run-level ``compression.decode_interval``): the one place the default is written
 GQA_MODES = ("mean", "max", "expand")
 """How a grouped-query model's per-query-head scores become one selection per key/value head (`restkv.select`)."""
 QUANT_BACKEND_MODULES = {"hqq": "hqq", "quanto": "optimum.quanto", "kvquant": "hqq"}
-"""The module each quantization backend imports (`restkv.quantize`)."""
+"""The module each quantization backend imports (`restkv.storage.quantize`)."""
 QUANT_BACKEND_PACKAGES = {"hqq": "hqq", "quanto": "optimum-quanto", "kvquant": "hqq"}
 """The package that provides it, as pip names it."""

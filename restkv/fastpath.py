@@ -1,7 +1,7 @@
 """Fast paths checked once per signature against the eager path, with a fallback that says so.
 
 The GPU's default paths (the recorded decode step of `restkv.decoding.static_decoder`, the fused varlen kernels of
-`restkv.varlen`, ReST-KV's direct distances of `restkv.scoring`) are tested on CPUs against their
+`restkv.storage.varlen`, ReST-KV's direct distances of `restkv.scoring`) are tested on CPUs against their
 contracts; a stack no test has seen (another torch, driver or kernel build) may refuse a shape or
 answer differently. So where the user left the choice to the library (``decode=auto``, the ``auto``
 kernels), the first use of a fast path on a new *signature* (the decoder's shapes; a kernel's

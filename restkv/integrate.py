@@ -1,6 +1,6 @@
 """Evict each layer's cache at the end of prefill: the integration layer's entry point.
 
-The integration layer (this module, `restkv.attention`, `restkv.cache`, `restkv.layouts`) is the
+The integration layer (this module, `restkv.attention`, `restkv.cache`, `restkv.storage.layouts`) is the
 only code that knows transformers. One mechanism serves every supported architecture, with no copy
 of any model's forward code:
 
@@ -11,7 +11,7 @@ of any model's forward code:
 2. a forward hook on each attention module, which runs right after the layer's attention,
    hands the captured queries and the layer's cache to the policy and replaces the layer's
    cache by the kept tokens, stored dense, variable-length (heads keeping different numbers) or
-   masked (`restkv.layouts`).
+   masked (`restkv.storage.layouts`).
 
 Eviction happens once per prompt, when a forward starts from an empty cache with more than one
 token; later forwards (a question appended after eviction, decoding) append to the compressed
@@ -50,7 +50,6 @@ import transformers
 from torch import nn
 from transformers.cache_utils import Cache, DynamicLayer
 
-from restkv.allocation import HeadSelection
 from restkv.arguments import check_compress_arguments
 from restkv.attention import ACTIVE, install, uninstall
 from restkv.cache import (
@@ -64,7 +63,6 @@ from restkv.checks import check_choice, check_finite_cache
 from restkv.chunked_prefill import between_chunks, chunk_running
 from restkv.decoding.eviction import DecodeEviction, DecodeEvictor, check_decode_eviction
 from restkv.devices import synchronize
-from restkv.layouts import LAYOUTS, layer_size, store
 from restkv.missed_eviction import not_evicted_message, prefill_to_evict
 from restkv.models import SUPPORTED_ATTENTION as SUPPORTED_ATTENTION  # re-exported
 from restkv.models import SUPPORTED_MODELS as SUPPORTED_MODELS  # re-exported
@@ -73,13 +71,15 @@ from restkv.models import attention_layers as attention_layers  # re-exported
 from restkv.models import check_attention, check_layers
 from restkv.policy import LayerInputs, Policy
 from restkv.prefill_gate import PrefillGate
-from restkv.quantize import Quantization, enabled_quantization
 from restkv.record import PrefillRecord as PrefillRecord  # re-exported
 from restkv.scoring import output_gram
 from restkv.scoring_pass import asks_scoring_pass, run_scoring_pass
 from restkv.select import Budget
-from restkv.storage import check_storage, stored_layer
-from restkv.varlen import VARLEN_KERNELS
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.layouts import LAYOUTS, layer_size, store
+from restkv.storage.pipeline import check_storage, stored_layer
+from restkv.storage.quantize import Quantization, enabled_quantization
+from restkv.storage.varlen import VARLEN_KERNELS
 from restkv.windows import windowed_layers
 
 DECODE_KERNELS = ("model", "gemm")
@@ -107,11 +107,11 @@ class KVCompressor:
     ``record.eviction_seconds`` is None (a host clock around queued GPU work would measure nothing).
     ``record`` holds what the last prefill kept and how long its eviction took.
 
-    ``layout`` (see `restkv.layouts.LAYOUTS`) stores what is kept: ``auto`` keeps dense layers when
+    ``layout`` (see `restkv.storage.layouts.LAYOUTS`) stores what is kept: ``auto`` keeps dense layers when
     every head keeps the same number of tokens and a variable-length layer (memory: the sum of what
     the heads keep) under a head-wise allocation; ``varlen`` uses variable-length layers for every
     evicted layer; ``masked`` keeps the full-length cache and masks evicted positions per head
-    (eager and sdpa only). ``varlen_kernel`` (`restkv.varlen.VARLEN_KERNELS`) computes attention
+    (eager and sdpa only). ``varlen_kernel`` (`restkv.storage.varlen.VARLEN_KERNELS`) computes attention
     over variable-length layers. Head-wise layers are read by this compressor's attention function
     only: decode them inside the ``with`` block (outside it they refuse to be updated).
 

@@ -14,11 +14,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from restkv.allocation import HeadSelection
 from restkv.checks import check_choice, check_number
 from restkv.inputs import LayerInputs
 from restkv.select import GQA_MODES, Budget, reduce_groups
-from restkv.stages import STAGE_KNOBS, Stages, resolve_stages
+from restkv.stages.allocation import HeadSelection
+from restkv.stages.resolve import STAGE_KNOBS, Stages, resolve_stages
 
 __all__ = ["LayerInputs", "Policy"]
 
@@ -34,7 +34,7 @@ class Policy:
         repeated keys/values, like the reference code (the cache holds ``h`` heads).
       schedule: ``uniform`` (every layer keeps the budget) or ``pyramid`` (PyramidKV's
         per-layer progression, controlled by ``beta``), combinable with any scorer.
-      allocation: how a layer's budget is shared by its heads (`restkv.allocation`): ``uniform``
+      allocation: how a layer's budget is shared by its heads (`restkv.stages.allocation`): ``uniform``
         (every head keeps the layer's budget), ``adakv`` (the layer's past budget ``heads x
         (keep - window)`` goes to the heads whose scores rank highest overall; ``floor`` is the
         share of it every head is guaranteed, ``allocation_normalize`` rescales each head's
@@ -43,14 +43,14 @@ class Policy:
         then keep different numbers of tokens: the integration stores them in a variable-length
         cache. (``allocation_normalize`` is AdaKV's ``normalize``, renamed: scoring policies
         already have a ``normalize`` knob.)
-      merge: ``none`` or ``cam`` (`restkv.merge`): before the kept tokens are stored, each past token's
+      merge: ``none`` or ``cam`` (`restkv.stages.merge`): before the kept tokens are stored, each past token's
         value is merged, at random, into the tokens after it (CAM); ``merge_start`` is the share of the
         prompt never merged, ``merge_seed`` seeds the draws (reruns merge alike).
-      think_ratio: ThinK's share of key channels dropped from the kept tokens (`restkv.channels`;
+      think_ratio: ThinK's share of key channels dropped from the kept tokens (`restkv.stages.channels`;
         0 = off), all but the last ``think_recent`` kept tokens; dropped channels are zero-filled.
 
     The knobs are flat, one override each; inside the core they are resolved once into stage objects
-    (`stages`: `restkv.stages`), and only the stages read them.
+    (`stages`: `restkv.stages.resolve`), and only the stages read them.
     """
 
     window: int = 32
@@ -96,7 +96,7 @@ class Policy:
 
     @property
     def stages(self) -> Stages:
-        """The schedule, allocation, merge and ThinK this policy's knobs name (`restkv.stages`), resolved once
+        """The schedule, allocation, merge and ThinK this policy's knobs name (`restkv.stages.resolve`), resolved once
         (again only if a knob changes)."""
         knobs = (*(getattr(self, name) for name in STAGE_KNOBS), self.fraction_counted_per_layer)
         cached = self.__dict__.get("_stages")
@@ -194,7 +194,7 @@ class Policy:
         return allocation.select_layers([s for s, _ in scored], [k for _, k in scored], self.window, layers, budget)
 
     def merged_values(self, inputs: LayerInputs, selection: object, draws: torch.Tensor | None = None) -> torch.Tensor:
-        """The values to store for ``selection``: ``inputs.values``, or the merge stage's (`restkv.merge`)."""
+        """The values to store for ``selection``: ``inputs.values``, or the merge stage's (`restkv.stages.merge`)."""
         return self.stages.merge.merged_values(inputs, selection, self.window, self.gqa, draws)
 
     def prune_kept_keys(self, kept_keys: torch.Tensor, queries: torch.Tensor) -> int:

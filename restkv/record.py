@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from restkv.allocation import HeadSelection
-from restkv.layouts import LayerSize
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.layouts import LayerSize
 
 
 @dataclass
@@ -18,9 +18,9 @@ class PrefillRecord:
     Per layer: ``kept``, the tokens each head keeps (the mean over heads, rounded to 2 decimals,
     where heads keep different numbers); ``head_lengths``, each stored head's count under a
     head-wise allocation (None where all heads keep ``kept``); ``indices``, the kept positions
-    (``[b, heads, kept]``, a `restkv.allocation.HeadSelection` for head-wise ones, None where the
+    (``[b, heads, kept]``, a `restkv.stages.allocation.HeadSelection` for head-wise ones, None where the
     layer was not compressed); ``sizes``, the cache's logical and allocated size after eviction
-    (`restkv.layouts.LayerSize`, decode reserve included in the allocated bytes).
+    (`restkv.storage.layouts.LayerSize`, decode reserve included in the allocated bytes).
     """
 
     prompt_length: int = 0

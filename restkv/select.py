@@ -1,6 +1,7 @@
 """Turning scores into kept positions: the budget, GQA reduction, top-k with the window kept.
 
-How the budget varies by layer is `restkv.schedule`; how a layer's budget is shared by its heads, `restkv.allocation`.
+How the budget varies by layer is `restkv.stages.schedule`; how a layer's budget is shared by its heads,
+`restkv.stages.allocation`.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ import torch
 from transformers import DynamicCache
 
 from restkv import compress
-from restkv.allocation import HeadSelection
 from restkv.baselines import AdaKV
 from restkv.eval.latency.modeling import random_model
 from restkv.eval.latency.settings import Settings, model_config
-from restkv.varlen import flash_available, torch_varlen
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.varlen import flash_available, torch_varlen
 
 
 def run(model, ids: torch.Tensor, budget: int, steps: int, kernel: str) -> tuple[list, torch.Tensor]:

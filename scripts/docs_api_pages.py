@@ -39,6 +39,8 @@ FOLDER_NAMES = tuple(folder for folder in FOLDERS if folder != "restkv")
 PAGES = (
     "restkv",
     "restkv.decoding",
+    "restkv.stages",
+    "restkv.storage",
     "restkv.interop",
     "restkv.baselines",
     "restkv.eval.harness",

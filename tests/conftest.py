@@ -75,7 +75,7 @@ def make_model():
 @contextlib.contextmanager
 def attention_reader():
     """As if a compressor's attention function were installed (it reads head-wise and static layers)."""
-    from restkv.layouts import reader_installed
+    from restkv.storage.layouts import reader_installed
 
     reader_installed(+1)
     try:

@@ -27,8 +27,8 @@ from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.eval.harness.decode_plan import plan_decode
 from restkv.eval.harness.run_folder import PREDICTIONS, TIMING_FIELDS
 from restkv.eval.harness.settings import Settings
-from restkv.quantize import Quantization
 from restkv.registry import get_policy
+from restkv.storage.quantize import Quantization
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")

@@ -18,12 +18,12 @@ from test_model_families import family
 from transformers import DynamicCache
 
 from restkv import compress, get_policy
-from restkv.allocation import HeadSelection
 from restkv.chunked_prefill import chunk_bounds, chunked_prefill, enable_chunked_prefill
 from restkv.decoding.eviction import DecodeEviction
 from restkv.eval.evaluation.decoding import prefill
 from restkv.eval.evaluation.prompting import PromptTokens
-from restkv.quantize import Quantization
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.quantize import Quantization
 
 PROMPT, WINDOW, BUDGET, CHUNK = 160, 8, 40, 24
 

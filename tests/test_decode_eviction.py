@@ -15,7 +15,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import compress, get_policy
 from restkv.decoding.eviction import DecodeEviction
-from restkv.quantize import Quantization
+from restkv.storage.quantize import Quantization
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT, WINDOW, STEPS = 64, 8, 14

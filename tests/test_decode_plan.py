@@ -13,8 +13,8 @@ from restkv.eval.evaluation import Fidelity, Generate
 from restkv.eval.harness import decode_plan
 from restkv.eval.harness.decode_plan import RULES, DecodePlan, plan_decode
 from restkv.eval.harness.settings import Settings
-from restkv.quantize import Quantization
 from restkv.registry import get_policy
+from restkv.storage.quantize import Quantization
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 DECODE = {"compression": {"phase": "decode", "decode_budget": 64}}

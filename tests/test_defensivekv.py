@@ -15,11 +15,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from restkv import compress, get_policy
-from restkv.allocation import HeadSelection, global_capacities
 from restkv.baselines import CAOTE, DefensiveKV
 from restkv.policy import LayerInputs
 from restkv.scoring import aggregate, output_gram
 from restkv.select import Budget
+from restkv.stages.allocation import HeadSelection, global_capacities
 
 HEADS, KV_HEADS, DIM, HIDDEN = 4, 2, 8, 16
 

@@ -18,7 +18,7 @@ from test_runner import config, read_lines, settings
 
 import restkv.decoding.static_decoder as graphs
 import restkv.scoring as scoring
-import restkv.varlen as varlen
+import restkv.storage.varlen as varlen
 from restkv import compress
 from restkv.eval.evaluation.base import Session
 from restkv.eval.evaluation.batched import batched_answers

@@ -15,10 +15,10 @@ from golden_source import golden_folder
 
 from restkv.baselines import SnapKV, StreamingLLM
 from restkv.policy import LayerInputs, Policy
-from restkv.schedule import pyramid_budgets
 from restkv.scoring import output_gram, scoring_path
 from restkv.scoring_policy import ScoringPolicy
 from restkv.select import Budget
+from restkv.stages.schedule import pyramid_budgets
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = golden_folder()

@@ -16,11 +16,11 @@ import torch
 from golden_source import golden_folder
 
 from restkv.baselines import CAM
-from restkv.channels import channel_mask, prune_keys
-from restkv.merge import cam_probabilities, cam_start
 from restkv.policy import LayerInputs
 from restkv.scoring import window_attention
 from restkv.select import Budget, gather_positions
+from restkv.stages.channels import channel_mask, prune_keys
+from restkv.stages.merge import cam_probabilities, cam_start
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = golden_folder()

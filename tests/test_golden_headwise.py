@@ -15,10 +15,10 @@ import pytest
 import torch
 from golden_source import golden_folder
 
-from restkv.allocation import HeadSelection, adakv_capacities, headkv_capacities
 from restkv.baselines import AdaKV, HeadKV
 from restkv.policy import LayerInputs
 from restkv.select import Budget
+from restkv.stages.allocation import HeadSelection, adakv_capacities, headkv_capacities
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = golden_folder()

@@ -22,8 +22,8 @@ from conftest import ARCHITECTURES, tiny_model
 from transformers import DynamicCache
 
 from restkv import compress
-from restkv.allocation import HeadSelection
 from restkv.registry import get_policy
+from restkv.stages.allocation import HeadSelection
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def test_flash_attention_2_decides_and_decodes_as_sdpa(arch, gqa, policy):
 
 
 def _fused_varlen(kernel: str) -> bool:
-    from restkv.varlen import flash_available, torch_varlen
+    from restkv.storage.varlen import flash_available, torch_varlen
 
     return CUDA.type == "cuda" and (torch_varlen() is not None if kernel == "torch" else flash_available())
 

@@ -150,7 +150,7 @@ def test_flash_attention_3_is_refused_as_untested():
 def test_a_static_shape_cache_decodes_as_the_dynamic_one(make_model, arch, attn):
     from restkv.decoding.static_layers import StaticLayer, to_static
     from restkv.eval.latency.timing import decode, decode_static, forward
-    from restkv.layouts import layer_size
+    from restkv.storage.layouts import layer_size
 
     model = make_model(arch, attn=attn)
     ids = torch.randint(0, 128, (1, 300), generator=torch.Generator().manual_seed(0))

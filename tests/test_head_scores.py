@@ -10,7 +10,6 @@ import torch
 from transformers import DynamicCache
 
 from restkv import compress
-from restkv.allocation import load_head_scores
 from restkv.baselines import HeadKV
 from restkv.eval.probes.retrieval_heads import (
     Probe,
@@ -21,6 +20,7 @@ from restkv.eval.probes.retrieval_heads import (
     retrieval_scores,
     write_head_scores,
 )
+from restkv.stages.allocation import load_head_scores
 
 REPO = Path(__file__).resolve().parents[1]
 MICRO = REPO / "models" / "micro-llama"

@@ -16,11 +16,11 @@ from transformers import DynamicCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import ReSTKV, compress
-from restkv.allocation import HeadSelection
 from restkv.baselines import AdaKV, DefensiveKV, HeadKV, SnapKV
 from restkv.cache import CompressedLayer
-from restkv.layouts import MaskedLayer, VarlenLayer, layer_size
 from restkv.policy import Policy
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.layouts import MaskedLayer, VarlenLayer, layer_size
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
 PROMPT, WINDOW, BUDGET, STEPS = 96, 8, 40, 3
@@ -241,7 +241,7 @@ def fake_flash_varlen(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=None, cau
 def test_flash_varlen_arguments_compute_the_reference_attention(new_tokens: int, reserve: int) -> None:
     """The flash path's packing (queries per key/value head, cumulative lengths, gaps compacted)
     checked against the reference path with a kernel that follows flash-attn's documented contract."""
-    from restkv.varlen import flash_attention, reference_attention
+    from restkv.storage.varlen import flash_attention, reference_attention
 
     generator = torch.Generator().manual_seed(0)
     lengths = [7, 12, 3, 9]
@@ -272,7 +272,7 @@ def torch_varlen_old(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_
 @pytest.mark.parametrize("kernel", [torch_varlen_new, torch_varlen_old])
 def test_torch_varlen_arguments_compute_the_reference_attention(new_tokens: int, kernel) -> None:
     """``varlen_kernel='torch'``: PyTorch's own varlen kernel, called as each of its API generations takes it."""
-    from restkv.varlen import reference_attention, torch_attention
+    from restkv.storage.varlen import reference_attention, torch_attention
 
     generator = torch.Generator().manual_seed(1)
     lengths = [7, 12, 3, 9]
@@ -288,8 +288,8 @@ def test_torch_varlen_arguments_compute_the_reference_attention(new_tokens: int,
 def test_varlen_kernels_fall_back_in_order_and_refuse_where_they_cannot_run(monkeypatch) -> None:
     """``auto``: PyTorch's varlen kernel, then flash-attn, then the reference; a named kernel that cannot run is
     refused with what it needs."""
-    from restkv import varlen
-    from restkv.varlen import pick_kernel
+    from restkv.storage import varlen
+    from restkv.storage.varlen import pick_kernel
 
     assert pick_kernel("auto", torch.zeros(1, 2, 1, 4)) == "reference"  # a CPU tensor: no fused kernel
     with pytest.raises(RuntimeError, match="varlen_kernel='flash' needs the flash_attn package and a CUDA"):
@@ -319,7 +319,7 @@ def test_head_file_must_match_the_model(make_model, tmp_path: Path) -> None:
         HeadKV(head_scores=str(tmp_path / "h.json"), schedule="pyramid")
     (tmp_path / "bad.json").write_text('{"0-0": []}')
     with pytest.raises(ValueError, match="must map to a non-empty list of finite numbers >= 0"):
-        from restkv.allocation import load_head_scores
+        from restkv.stages.allocation import load_head_scores
 
         load_head_scores(tmp_path / "bad.json", 1, 1)
 

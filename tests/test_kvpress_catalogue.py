@@ -15,12 +15,12 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from restkv import compress
-from restkv.allocation import HeadSelection
 from restkv.interop import compression_ratio
 from restkv.interop.kvpress_policy import HEADWISE, OWN_SELECTION, SUPPORTED, WRAPPERS, KVPressPolicy
 from restkv.interop.positions import policy_positions, press_positions
 from restkv.interop.press_catalogue import REFUSED
 from restkv.interop.press_hooks import HOOKED
+from restkv.stages.allocation import HeadSelection
 
 ROOT = Path(__file__).resolve().parents[1]
 MICRO = ROOT / "models" / "micro-llama"

@@ -23,7 +23,7 @@ from restkv.eval.latency.timing import prefill
 from restkv.head_selection import HeadSelection
 from restkv.integrate import compress
 from restkv.scoring_pass import ScoringContext
-from restkv.varlen import VarlenLayer
+from restkv.storage.varlen import VarlenLayer
 
 MICRO = Path(__file__).resolve().parents[1] / "models" / "micro-llama"
 LENGTH = 200

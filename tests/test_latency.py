@@ -253,7 +253,7 @@ def test_shapes_have_the_real_models_parameter_counts(shape: str, parameters: in
 def test_headwise_synthetic_caches_hold_the_uniform_total() -> None:
     from restkv.eval.latency.headwise import headwise_lengths
     from restkv.eval.latency.modeling import cache_bytes
-    from restkv.layouts import MaskedLayer, VarlenLayer
+    from restkv.storage.layouts import MaskedLayer, VarlenLayer
 
     assert (
         headwise_lengths(4, 40, 96) == sorted(headwise_lengths(4, 40, 96)) and sum(headwise_lengths(4, 40, 96)) == 160

@@ -57,7 +57,7 @@ def test_cam_keeps_snapkv_positions_and_stores_merged_values(arch: str, make_mod
     full = full_prefill(model, ids)
     plain = CAM(window=WINDOW, merge="none")
     _, plain_record = evicted(model, plain, ids)
-    import restkv.merge as merge_module
+    import restkv.stages.merge as merge_module
 
     every_head = lambda probabilities, seed, layer: torch.ones_like(probabilities)  # noqa: E731
     monkeypatch.setattr(merge_module, "draw_merges", every_head)

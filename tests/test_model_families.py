@@ -26,9 +26,9 @@ from transformers import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import compress, get_policy
-from restkv.allocation import HeadSelection
 from restkv.cache import CompressedLayer
-from restkv.layouts import VarlenLayer
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.layouts import VarlenLayer
 
 PROMPT, WINDOW, BUDGET, SLIDING, STEPS = 96, 8, 40, 16, 2
 SHARED = dict(

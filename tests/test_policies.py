@@ -15,8 +15,8 @@ from restkv.baselines import H2O, FullCache, PyramidKV, RandomEviction, SnapKV, 
 from restkv.baselines.h2o import accumulated_attention
 from restkv.eval.run import CONFIGS as CONFIG_DIR
 from restkv.registry import resolve_policy
-from restkv.schedule import pyramid_budgets
 from restkv.select import keep_indices, reduce_groups
+from restkv.stages.schedule import pyramid_budgets
 
 CONFIGS = Path(CONFIG_DIR)
 

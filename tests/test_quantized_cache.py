@@ -14,7 +14,7 @@ from transformers.cache_utils import QuantizedLayer
 from restkv import compress, get_policy
 from restkv.eval.harness.runner import RunSettings, run_benchmark
 from restkv.eval.run import CONFIGS
-from restkv.quantize import OutlierQuantizedLayer, Quantization, quantized_bytes
+from restkv.storage.quantize import OutlierQuantizedLayer, Quantization, quantized_bytes
 
 PROMPT, WINDOW, BUDGET = 96, 8, 40
 
@@ -98,7 +98,7 @@ def test_bad_quantization_settings_are_named(settings: dict, error: type, messag
 
 
 def test_missing_backend_names_the_extra(monkeypatch) -> None:
-    import restkv.quantize as quantize
+    import restkv.storage.quantize as quantize
 
     monkeypatch.setattr(quantize, "_installed", lambda module: False)
     with pytest.raises(ImportError, match=r"needs the 'optimum-quanto' package, which is not installed: pip install"):

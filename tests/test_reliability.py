@@ -17,8 +17,8 @@ import pytest
 import torch
 import yaml
 
-from restkv.allocation import headkv_capacities, load_head_scores, top_positions
 from restkv.registry import get_policy
+from restkv.stages.allocation import headkv_capacities, load_head_scores, top_positions
 
 # -- head-wise capacities -----------------------------------------------------------------------------------
 

@@ -19,11 +19,11 @@ from golden_source import rival_folder
 from safetensors.torch import load_file
 
 from restkv import get_policy
-from restkv.allocation import HeadSelection
 from restkv.baselines import RKV, DefensiveKV
 from restkv.decoding.eviction import DecodeEviction, DecodeEvictor
 from restkv.policy import LayerInputs
 from restkv.select import Budget, gather_positions
+from restkv.stages.allocation import HeadSelection
 
 
 def recorded(family: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from restkv import get_policy
-from restkv.allocation import shared_past_tokens, window_ranked_selection
 from restkv.baselines import RKV, DefensiveKV
 from restkv.baselines.rkv import rkv_redundancy
 from restkv.decoding.eviction import DecodeEviction, DecodeEvictor
 from restkv.policy import LayerInputs
 from restkv.select import Budget
+from restkv.stages.allocation import shared_past_tokens, window_ranked_selection
 
 HEADS, KV_HEADS, DIM = 4, 2, 8
 
@@ -139,7 +139,7 @@ def test_the_rkv_authors_preset_runs_their_loop_over_their_budgets() -> None:
     from restkv.eval.harness.decode_plan import plan_decode
     from restkv.eval.harness.settings import Settings
     from restkv.eval.run import CONFIGS
-    from restkv.quantize import Quantization
+    from restkv.storage.quantize import Quantization
 
     with initialize_config_dir(config_dir=CONFIGS, version_base=None):
         cfg = compose(config_name="config", overrides=["experiment=rivals/rkv_authors"], return_hydra_config=True)
@@ -157,9 +157,9 @@ def test_a_layer_that_keeps_nothing_still_decodes_in_every_layout(monkeypatch) -
     """The authors' global ranking can leave a layer empty: each decoded token then attends to itself there."""
     from transformers import AutoModelForCausalLM
 
-    import restkv.allocation as allocation
+    import restkv.stages.allocation as allocation
     from restkv import compress
-    from restkv.allocation import HeadSelection
+    from restkv.stages.allocation import HeadSelection
 
     ranked = allocation.window_ranked_selection
 

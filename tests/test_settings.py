@@ -44,7 +44,7 @@ def test_every_run_level_key_of_the_config_is_declared_once_with_the_same_defaul
 
 def test_identity_naming_and_older_folders_derive_from_the_declarations() -> None:
     from restkv.eval.harness.runner import ADDED_SETTINGS
-    from restkv.quantize import Quantization
+    from restkv.storage.quantize import Quantization
 
     outside = {key for key, (rule, _, _) in RULES.items() if not rule.identity}
     assert outside and set(identity.NOT_IDENTITY) == outside | {"hydra", "logger"}

@@ -1,8 +1,8 @@
 """A policy's stages: the flat knobs (the interface) resolved once into one object per concern.
 
-The schedule, the allocation, the merge and ThinK each live in their own module with their own
-checks (`restkv.schedule`, `restkv.allocation`, `restkv.merge`, `restkv.channels`); `restkv.stages`
-composes them and holds the rules across them. The knobs, and so the command line and run
+The schedule, the allocation, the merge and ThinK each live in their own module with their own checks
+(`restkv.stages.schedule`, `restkv.stages.allocation`, `restkv.stages.merge`, `restkv.stages.channels`);
+`restkv.stages.resolve` composes them and holds the rules across them. The knobs, and so the command line and run
 identities, are those of before.
 """
 
@@ -15,21 +15,21 @@ from pathlib import Path
 import pytest
 
 from restkv import ReSTKV, get_policy
-from restkv.allocation import AdaKVAllocation, HeadKVAllocation, UniformAllocation
-from restkv.channels import KeyPruning
-from restkv.merge import CamMerge, NoMerge
 from restkv.policy import Policy
-from restkv.schedule import PyramidSchedule, UniformSchedule
-from restkv.stages import STAGE_KNOBS
+from restkv.stages.allocation import AdaKVAllocation, HeadKVAllocation, UniformAllocation
+from restkv.stages.channels import KeyPruning
+from restkv.stages.merge import CamMerge, NoMerge
+from restkv.stages.resolve import STAGE_KNOBS
+from restkv.stages.schedule import PyramidSchedule, UniformSchedule
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = "models/micro-llama/head_scores.json"
 STAGE_MODULES = {
-    "restkv/stages.py",
-    "restkv/schedule.py",
-    "restkv/allocation.py",
-    "restkv/merge.py",
-    "restkv/channels.py",
+    "restkv/stages/resolve.py",
+    "restkv/stages/schedule.py",
+    "restkv/stages/allocation.py",
+    "restkv/stages/merge.py",
+    "restkv/stages/channels.py",
 }
 
 

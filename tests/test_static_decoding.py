@@ -20,8 +20,8 @@ from restkv import compress
 from restkv.decoding.static_layers import StaticLayer, flash_static_attention, masked_static_attention, static_layer
 from restkv.eval.evaluation.decoding import answer, check_decode
 from restkv.eval.evaluation.prompting import PromptTokens
-from restkv.quantize import Quantization
 from restkv.registry import get_policy
+from restkv.storage.quantize import Quantization
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 PROMPT = PromptTokens(context=[i * 7 % 120 + 3 for i in range(220)], query=[7, 9, 11, 13])

@@ -21,7 +21,7 @@ from restkv.decoding.eviction import DecodeEviction, check_decode_eviction
 from restkv.eval.evaluation.decoding import check_decode
 from restkv.eval.harness.settings import Settings, default
 from restkv.policy import Policy
-from restkv.quantize import Quantization
+from restkv.storage.quantize import Quantization
 
 PREALLOCATED_PATHS = ("static", "graph")
 """Decode paths that preallocate a static cache (`restkv.decoding.static_layers`): it cannot shrink."""

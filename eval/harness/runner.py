@@ -41,9 +41,9 @@ from restkv.eval.models.placement import check_device_map
 from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model, model_spec
 from restkv.fastpath import CHECKS, with_fallbacks
 from restkv.interop.press_hooks import press_hooks, route_summary
-from restkv.quantize import Quantization
 from restkv.registry import policy_defaults, resolve_policy
-from restkv.storage import check_storage
+from restkv.storage.pipeline import check_storage
+from restkv.storage.quantize import Quantization
 
 
 @dataclass

@@ -150,7 +150,7 @@ class Settings:
     )
     layout: str = setting(
         "auto",
-        "How kept tokens are stored (restkv.layouts); every layout gives the same outputs.",
+        "How kept tokens are stored (restkv.storage.layouts); every layout gives the same outputs.",
         choices=LAYOUTS,
         before="auto",
     )

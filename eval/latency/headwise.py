@@ -5,9 +5,9 @@ as the uniform compressed cache of the same budget (``preallocated``), shared un
 key/value heads (`headwise_lengths`: a fixed ramp from about a quarter to one and three quarters of
 the budget), so that a step over each is timed at equal work:
 
-- ``varlen`` stores exactly those tokens (`restkv.layouts.VarlenLayer`) plus the decode reserve;
+- ``varlen`` stores exactly those tokens (`restkv.storage.layouts.VarlenLayer`) plus the decode reserve;
 - ``masked`` keeps the whole context and masks all but the same tokens per head
-  (`restkv.layouts.MaskedLayer`, kvpress's approach).
+  (`restkv.storage.layouts.MaskedLayer`, kvpress's approach).
 
 Head ``h`` keeps the first ``n_h`` positions in both, so both compute the same attention. The full
 cache has no head-wise variant (nothing is evicted): those jobs are not run.
@@ -30,15 +30,15 @@ from transformers.cache_utils import DynamicLayer
 
 from restkv.cache import CompressedLayer
 from restkv.devices import synchronize
-from restkv.layouts import MaskedLayer, VarlenLayer
-from restkv.varlen import reference_attention
+from restkv.storage.layouts import MaskedLayer, VarlenLayer
+from restkv.storage.varlen import reference_attention
 
 HEADWISE = ("varlen", "masked")
 ATTENTION_NOTE = (
     "attention_ms (decode_attention_only): layer 0's attention alone for one random decode query, the median of "
     "decode_attention_calls calls in each round (rounds alternate the configurations), median over rounds: "
     "torch SDPA (enable_gqa) over a dense layer's keys/values, SDPA with MaskedLayer.attention_mask for a masked "
-    "one, restkv.varlen.reference_attention (one small attention per key/value head) for a varlen one"
+    "one, restkv.storage.varlen.reference_attention (one small attention per key/value head) for a varlen one"
 )
 SPREAD = 0.75
 """Head ``h`` of ``H`` keeps about ``tokens * (1 - SPREAD + 2 * SPREAD * h / (H - 1))``: 0.25x to 1.75x the budget."""

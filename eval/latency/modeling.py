@@ -16,7 +16,7 @@ from transformers.initialization import no_init_weights
 
 from restkv.cache import CompressedLayer
 from restkv.eval.latency.headwise import HEADWISE, SPREAD, synthetic_headwise_layer
-from restkv.layouts import layer_size
+from restkv.storage.layouts import layer_size
 
 
 def random_model(config: PretrainedConfig, dtype: torch.dtype, device: torch.device, seed: int = 0) -> PreTrainedModel:
@@ -60,7 +60,7 @@ def parameter_bytes_read(model: nn.Module) -> int:
 
 
 def cache_bytes(cache: DynamicCache) -> dict[str, Any]:
-    """A whole cache's bytes, from `restkv.layouts.layer_size` for every layer kind.
+    """A whole cache's bytes, from `restkv.storage.layouts.layer_size` for every layer kind.
 
     ``logical`` (the kept tokens of every stored head), ``allocated`` (any decode reserve and mask
     included), ``reserve`` (the free decode slots' share of it), ``read`` (what a decode step's

@@ -67,7 +67,7 @@ def _knobs_off_default(policy: str, knobs: dict[str, Any]) -> str:
 
 def _storage(config: dict[str, Any]) -> str:
     """The layout and every quantization setting that differ from the defaults, ``name=value`` comma-separated."""
-    from restkv.quantize import Quantization
+    from restkv.storage.quantize import Quantization
 
     parts = [f"layout={config['layout']}"] if config.get("layout", "auto") != "auto" else []
     quantization = dict(config.get("quantization") or {})

@@ -40,7 +40,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from restkv.cache import CompressedLayer
-from restkv.layouts import MaskedLayer, VarlenLayer, register_layout, require_reader
+from restkv.storage.layouts import MaskedLayer, VarlenLayer, register_layout, require_reader
 
 STATIC_KERNELS = ("auto", "exact", "masked", "flash")
 
@@ -144,7 +144,7 @@ class StaticLayer(DynamicLayer):
 
     @property
     def filled_tokens(self) -> int:
-        """The longest head's filled slots, as counted on the host (`restkv.layouts.layer_size`)."""
+        """The longest head's filled slots, as counted on the host (`restkv.storage.layouts.layer_size`)."""
         return max(max(row) for row in self._host_lengths)
 
     @property
@@ -335,7 +335,7 @@ def exact_static_attention(
 ) -> torch.Tensor:
     """What the eager path computes over the same tokens: the model's kernel over the filled slots of a dense
     layer, the varlen reference per head, the model's kernel with the layer's mask for a masked layout."""
-    from restkv.varlen import reference_attention
+    from restkv.storage.varlen import reference_attention
 
     if layer.rows > 1:  # one row at a time over its own filled slots, as each prompt alone
         rows = [
@@ -367,7 +367,8 @@ def exact_static_attention(
 
 
 class _HeadViews:
-    """A one-row static layer's heads as the varlen reference reads them (`restkv.varlen.reference_attention`)."""
+    """A one-row static layer's heads as the varlen reference reads them
+    (`restkv.storage.varlen.reference_attention`)."""
 
     def __init__(self, layer: StaticLayer) -> None:
         self.layer = layer

@@ -30,13 +30,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from restkv.allocation import HeadSelection
 from restkv.interop import EXTRA, KVPressMissing, compression_ratio, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
 from restkv.interop.press_catalogue import HOOKED, HOOKED_WRAPPERS, REFUSED
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 from restkv.select import Budget
+from restkv.stages.allocation import HeadSelection
 
 SUPPORTED: dict[str, tuple[str, ...]] = {
     "SnapKVPress": ("window_size", "kernel_size"),

@@ -113,8 +113,8 @@ class PressHooks:
     def _write_record(self, cache: Any, length: int) -> None:
         """The compressor's record from what the press left: each layer's length, less what kvpress masks."""
         from restkv.attention import ACTIVE
-        from restkv.layouts import layer_size
         from restkv.record import PrefillRecord
+        from restkv.storage.layouts import layer_size
 
         compressor = ACTIVE.get(self.layers[0])
         if compressor is None:

@@ -2,9 +2,9 @@
 
 The knobs stay flat (``policy.allocation=adakv policy.floor=0.1``: one Hydra override per ablation, the
 run's identity unchanged); inside the core each concern is one object with its own checks, in its
-own module: `restkv.schedule`, `restkv.allocation`, `restkv.merge`, `restkv.channels`. Only those
-modules and `resolve_stages` read the knobs; everything else asks the stage. The rules that span
-two stages, or a stage and the policy's kind, are here and nowhere else.
+own module: `restkv.stages.schedule`, `restkv.stages.allocation`, `restkv.stages.merge`,
+`restkv.stages.channels`. Only those modules and `resolve_stages` read the knobs; everything else asks the
+stage. The rules that span two stages, or a stage and the policy's kind, are here and nowhere else.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from restkv.allocation import Allocation, allocation_of
-from restkv.channels import KeyPruning, key_pruning_of
-from restkv.merge import Merge, merge_of
-from restkv.schedule import Schedule, schedule_of
+from restkv.stages.allocation import Allocation, allocation_of
+from restkv.stages.channels import KeyPruning, key_pruning_of
+from restkv.stages.merge import Merge, merge_of
+from restkv.stages.schedule import Schedule, schedule_of
 
 STAGE_KNOBS = (
     "gqa",

@@ -1,4 +1,4 @@
-"""Attention of new queries over a variable-length cache layer (`restkv.layouts.VarlenLayer`).
+"""Attention of new queries over a variable-length cache layer (`restkv.storage.layouts.VarlenLayer`).
 
 Each key/value head is its own sequence of kept tokens; the group of query heads sharing it
 attends to that sequence only, and the new tokens (the last ``q`` of every head) see each other
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from restkv.fastpath import CHECKS, far_apart
-from restkv.layouts import VarlenLayer
+from restkv.storage.layouts import VarlenLayer
 
 VARLEN_KERNELS = ("auto", "reference", "torch", "flash")
 """``auto`` tries them in this order of preference: ``torch``, ``flash``, ``reference``."""

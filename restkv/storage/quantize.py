@@ -189,7 +189,7 @@ def quantized_shape(layer: QuantizedLayer) -> tuple[int, int]:
     """(stored heads, full-precision bytes of one token of one head) of a layer built by `Quantization.layer`."""
     if not hasattr(layer, "stored_heads"):
         name = type(layer).__name__
-        raise TypeError(f"{name} was not built by restkv.quantize.Quantization.layer: its size is unknown")
+        raise TypeError(f"{name} was not built by restkv.storage.quantize.Quantization.layer: its size is unknown")
     return layer.stored_heads, layer.token_bytes
 
 

@@ -8,7 +8,7 @@ keys of every kept token but the last ``recent`` ones, which keep every channel.
 Here the dropped channels are set to zero in place rather than cut out: a query's dot product with
 a zero-filled key is exactly its dot product over the kept channels, so attention is that of
 ThinK, with no kernel of its own. The price is honesty about memory: zero-filled channels still
-occupy their bytes. The integration reports them (`restkv.layouts.LayerSize.pruned_bytes`) and
+occupy their bytes. The integration reports them (`restkv.storage.layouts.LayerSize.pruned_bytes`) and
 leaves them out of the logical size, never out of the allocated one. `key_pruning_of` resolves a
 policy's knobs (``think_ratio``, ``think_recent``) into the stage, `KeyPruning`, once.
 """

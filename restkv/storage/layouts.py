@@ -5,7 +5,7 @@ Two layouts besides the dense one (`restkv.cache.CompressedLayer`, every head th
 - `VarlenLayer` (``layout='varlen'``): every key/value head's kept tokens one after another in a
   flat ``[tokens, head_dim]`` tensor, with per-head lengths, as AdaKV's flattened cache; the memory
   is the sum of what the heads keep (plus the decode reserve). Attention over it is
-  `restkv.varlen.varlen_attention`.
+  `restkv.storage.varlen.varlen_attention`.
 - `MaskedLayer` (``layout='masked'``, kvpress's approach): the full-length cache stays in memory
   and evicted positions are masked per head; same decisions and outputs, the memory of the full
   cache. A comparison point.
@@ -29,11 +29,11 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 from transformers.cache_utils import DynamicLayer, QuantizedLayer
 
-from restkv.allocation import HeadSelection
 from restkv.cache import CompressedLayer
 from restkv.choices import LAYOUTS as LAYOUTS  # re-exported: the layouts this module builds
-from restkv.quantize import quantized_bytes, quantized_shape
 from restkv.select import gather_positions
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.quantize import quantized_bytes, quantized_shape
 
 """``auto``: dense when every head keeps the same number of tokens, ``varlen`` otherwise."""
 
@@ -81,7 +81,7 @@ def _unsupported(name: str) -> Callable[..., None]:
 class VarlenLayer(DynamicLayer):
     """Each key/value head's kept tokens, flattened head after head, with room for ``reserve`` more each.
 
-    ``keys``/``values`` ``[sum(lengths), d]`` (heads one after another, as `restkv.allocation.
+    ``keys``/``values`` ``[sum(lengths), d]`` (heads one after another, as `restkv.stages.allocation.
     HeadSelection` orders positions); ``repeat`` repeats incoming key/value heads to the stored heads
     (``gqa='expand'``). Head ``h`` occupies ``[offsets[h], offsets[h] + lengths[h])`` of the storage,
     which holds ``capacities[h] = lengths[h] + reserve`` slots for it.

@@ -2,8 +2,8 @@
 
 The integration calls `stored_layer` once per evicted layer. The steps run in a fixed order, each
 optional: the policy's value merging (``merge``, on the whole prompt, before anything is dropped),
-storage of the kept positions in the chosen layout (`restkv.layouts.store`), ThinK's key-channel
-pruning of the kept keys (``think_ratio``), then quantized storage (`restkv.quantize`).
+storage of the kept positions in the chosen layout (`restkv.storage.layouts.store`), ThinK's key-channel
+pruning of the kept keys (``think_ratio``), then quantized storage (`restkv.storage.quantize`).
 `check_storage` refuses, before any prefill, the combinations that cannot be stored.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from restkv.allocation import HeadSelection
 from restkv.cache import CompressedLayer
-from restkv.layouts import store
 from restkv.policy import LayerInputs, Policy
-from restkv.quantize import Quantization
+from restkv.stages.allocation import HeadSelection
+from restkv.storage.layouts import store
+from restkv.storage.quantize import Quantization
 
 
 def check_storage(policy: Policy, layout: str, quantization: Quantization | None, config: Any = None) -> None:
