@@ -310,6 +310,14 @@ def test_a_cached_snapshot_is_named_by_its_repository() -> None:
     assert hub_name(snapshot) == LLAMA and hub_name(LLAMA) == LLAMA and hub_name(str(MICRO)) == str(MICRO)
 
 
+def test_a_model_read_from_its_cache_snapshot_loads_files_by_its_hub_id(kvpress, hub, model) -> None:
+    model.config.name_or_path = str(hub / "models--meta-llama--Llama-3.1-8B-Instruct" / "snapshots" / REVISION)
+    repo = stats_files(kvpress, hub.parent / "made", LLAMA)  # named after the hub id, not the snapshot's folder
+    cached(hub, repo, hub.parent / "made")
+    record, _ = run(model, KVPressPolicy(press="ExpectedAttentionStatsPress"))
+    assert record.kept == [BUDGET] * LAYERS and model.config.name_or_path.endswith(REVISION)
+
+
 def test_the_runner_refuses_before_any_model_loads(kvpress, hub, tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 
@@ -324,3 +332,21 @@ def test_the_runner_refuses_before_any_model_loads(kvpress, hub, tmp_path: Path)
     with pytest.raises(PressFilesMissing, match=r"hf download nvidia/KVzap-mlp-micro-llama config.json model"):
         run_benchmark(cfg, RunSettings("micro", "micro-llama", "kvpress", overrides, tmp_path / "out"))
     assert time.perf_counter() - start < 5 and not (tmp_path / "out").exists()
+
+
+def test_the_runner_runs_a_press_from_the_cache(kvpress, hub, tmp_path: Path) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from restkv.eval.harness.runner import RunSettings, run_benchmark
+    from restkv.eval.run import CONFIGS
+
+    kvpress.QFilterPress.load_q_filters.cache_clear()
+    qfilter_files(kvpress, tmp_path / "made")
+    cached(hub, "nthngdy/micro-llama_qfilt", tmp_path / "made")
+    overrides = ["model=micro-llama", "bench=micro", "bench.lengths=[512]", "bench.samples=1", "bench.tasks=[passkey]"]
+    overrides += ["policy=kvpress", "policy.press=QFilterPress", "budget=128"]
+    with initialize_config_dir(config_dir=CONFIGS, version_base=None):
+        cfg = compose(config_name="config", overrides=[*overrides, f"out_dir={tmp_path / 'out'}"])
+    run_benchmark(cfg, RunSettings("micro", "micro-llama", "kvpress", overrides, tmp_path / "out"))
+    record = json.loads(next((tmp_path / "out").rglob("predictions.jsonl")).read_text().splitlines()[0])
+    assert record["kept_tokens"] == 128 and record["context_length"] > 128

@@ -104,7 +104,7 @@ def hub_name(name_or_path: str) -> str:
 
 
 def last_part(name: str) -> str:
-    return name.rstrip("/").split("/")[-1]
+    return name.split("/")[-1]
 
 
 def press_class(press: str) -> Any:
