@@ -199,6 +199,7 @@ def test_expected_attention_stats_read_a_local_folder(kvpress, hub, model, tmp_p
     policy = KVPressPolicy(press="ExpectedAttentionStatsPress", files=str(tmp_path / "stats"))
     record, _ = run(model, policy)
     assert record.kept == [BUDGET] * LAYERS
+    assert {"config.json", "model.safetensors"} <= {p.name for p in policy.input_files()}  # the run's identity
 
 
 @pytest.mark.parametrize("press", ["FastKVzipPress", "RestoreKVPress"])

@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -306,6 +307,11 @@ class KVPressPolicy(Policy):
         from restkv.interop.hub_presses import scorer_press
 
         return scorer_press(self, module, ratio)
+
+    def input_files(self) -> list[Path]:
+        """Besides the stages' files, those of ``policy.files`` (a run's identity hashes their content)."""
+        own = sorted(p for p in Path(self.files).iterdir() if p.is_file()) if self.files is not None else []
+        return [*super().input_files(), *own]
 
     def check_files(self, name_or_path: str, config: Any) -> None:
         """Refuse, before any work, a press whose per-model files for the model named ``name_or_path`` (``config``:
