@@ -122,7 +122,6 @@ def test_the_table_is_the_installed_kvpress() -> None:
     ("press", "reason"),
     [
         ("KVComposePress", "runs a second, eager forward over the prompt"),
-        ("QFilterPress", "downloads its per-model filters"),
         ("ThinKPress", "policy.think_ratio is ThinK on any policy here"),
     ],
 )

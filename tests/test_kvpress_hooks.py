@@ -1,8 +1,9 @@
 """kvpress presses on the hooks route (`restkv.interop.press_hooks`): kvpress's own hooks around our prefill.
 
-Each press of `HOOKED` runs on the micro model (CI's kvpress leg; skipped without kvpress): the prefill is
-compressed by the press (KVzip-style presses mask head-wise, the others shrink the cache), decoding goes on
-over what it left, and the record says what was kept and which route ran.
+Each press of `HOOKED` runs on the micro model (CI's kvpress leg; skipped without kvpress; those that load
+per-model files in tests/test_kvpress_hub_presses.py, from a local hub cache): the prefill is compressed
+by the press (KVzip-style presses mask head-wise, the others shrink the cache), decoding goes on over what
+it left, and the record says what was kept and which route ran.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 
 from restkv.integrate import compress
 from restkv.interop.kvpress_policy import KVPressPolicy
+from restkv.interop.press_catalogue import FILE_HOOKED
 from restkv.interop.press_hooks import DECODING, HOOKED, HOOKED_WRAPPERS, SIZED, press_hooks
 from restkv.select import Budget
 
@@ -54,7 +56,7 @@ def run(model, policy: KVPressPolicy):
     return record, cache, logits
 
 
-@pytest.mark.parametrize("press", sorted(HOOKED))
+@pytest.mark.parametrize("press", sorted(set(HOOKED) - set(FILE_HOOKED)))
 def test_every_hooked_press_runs_and_says_its_route(model, press: str) -> None:
     policy = KVPressPolicy(**knobs_for(press))
     assert policy.route == "kvpress_hooks" and not policy.evicts

@@ -36,7 +36,7 @@ from restkv.eval.harness.run_folder import (
 from restkv.eval.harness.settings import Settings, added_settings
 from restkv.eval.harness.validate import check_config
 from restkv.eval.models.fingerprint import input_digests, weights_fingerprint
-from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer, local_config
+from restkv.eval.models.loading import eos_token_ids, load_model, load_tokenizer, local_config, resolve
 from restkv.eval.models.placement import check_device_map
 from restkv.eval.models.spec import ModelSpec, check_attention_backend, check_model, model_spec
 from restkv.fastpath import CHECKS, with_fallbacks
@@ -109,6 +109,9 @@ def plan_run(cfg: DictConfig, settings: RunSettings) -> Plan:
     if model_config is not None:
         policy.check_model(model_config)
     policy.check_budget(budget)
+    check_files = getattr(policy, "check_files", None)  # optional: per-model files a policy fetches (kvpress's)
+    if check_files is not None:
+        check_files(resolve(spec.path), model_config)
     benchmark = instantiate(cfg.bench, _convert_="all")
     if hasattr(benchmark, "check_data"):
         benchmark.check_data()  # task files missing where the hub cannot supply them: before the tokenizer loads

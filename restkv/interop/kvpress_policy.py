@@ -9,11 +9,14 @@ compression ratio that makes kvpress keep exactly the layer's budget
 (`restkv.interop.compression_ratio`: ``1 - budget / L``, to the last bit), so presses whose scores
 depend on it (StreamingLLM) see what kvpress would give them.
 
-Presses that evict otherwise (head-wise budgets, chunks, merging, re-rotation, decoding-time
-compression, a whole-model set-up or a download) are refused with the reason; run them with kvpress's
-own pipeline. kvpress is imported only when the policy is built and installed; without it the policy
-still builds (its settings are checked against the table below, made from kvpress 0.5.5) and fails,
-naming the extra, when the runner first asks whether it evicts (before anything is written).
+Scorer presses that load per-model files (`press_catalogue.FILE_SCORERS`: Q-filters, KVzap,
+query statistics) score the same way once kvpress has loaded their files for the model
+(`restkv.interop.hub_presses`; offline without the files they are refused before any work,
+`restkv.interop.press_files`). Presses that evict otherwise run through kvpress's own hooks
+(`restkv.interop.press_hooks`) or are refused with the reason. kvpress is imported only when the
+policy is built and installed; without it the policy still builds (its settings are checked against
+the table below, made from kvpress 0.5.5) and fails, naming the extra, when the runner first asks
+whether it evicts (before anything is written).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -32,7 +36,8 @@ from torch import nn
 
 from restkv.interop import EXTRA, KVPressMissing, compression_ratio, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
-from restkv.interop.press_catalogue import HOOKED, HOOKED_WRAPPERS, REFUSED
+from restkv.interop.press_catalogue import FILE_SCORERS, HOOKED, HOOKED_WRAPPERS, REFUSED
+from restkv.interop.press_files import check_local_setting, check_press_files
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
 from restkv.select import Budget
@@ -82,7 +87,7 @@ WINDOWS = {"SnapKVPress": ("window_size", 64), "TOVAPress": (None, 1), "PyramidK
 EAGER_ONLY = ("ObservedAttentionPress",)
 """Presses that read the attention weights, which only eager attention returns."""
 
-RUNNABLE = (*SUPPORTED, *WRAPPERS, *OWN_SELECTION, *HOOKED)
+RUNNABLE = (*SUPPORTED, *WRAPPERS, *OWN_SELECTION, *HOOKED, *FILE_SCORERS)
 """Every press ``policy.press`` may name."""
 
 
@@ -179,6 +184,8 @@ class KVPressPolicy(Policy):
     pyramid_beta: float | None = None
     layerwise: bool | None = None
     compression_interval: int | None = None
+    model_type: str | None = None
+    files: str | None = None
 
     allows_allocation: ClassVar[bool] = False  # the press selects per key/value head itself (see `select`)
 
@@ -208,6 +215,7 @@ class KVPressPolicy(Policy):
                 + (f"set policy.{setting}" if setting else "leave it unset")
             )
         self.window = own
+        check_local_setting(self.press, self.files)
         super().__post_init__()
         self._calls = LayerCalls()
         try:
@@ -237,7 +245,7 @@ class KVPressPolicy(Policy):
 
     def settings(self) -> dict[str, Any]:
         """The press's settings given here (None ones left to the press's defaults)."""
-        shared = {f.name for f in dataclasses.fields(Policy)} | {"press", "inner"}
+        shared = {f.name for f in dataclasses.fields(Policy)} | {"press", "inner", "files"}
         names = [f.name for f in dataclasses.fields(self) if f.name not in shared]
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
@@ -259,8 +267,13 @@ class KVPressPolicy(Policy):
                 f"KVPressPolicy.{self.stages.schedule.setting} is not allowed with {self.press}: it sets its own "
                 "per-layer budgets (policy.pyramid_beta is its beta)"
             )
+        if self.model_type not in (None, "linear", "mlp"):
+            raise ValueError(
+                f"KVPressPolicy.model_type={self.model_type!r} is not allowed: KVzapPress's is linear or mlp"
+            )
         scorer = self._split_settings()[1]
         takes = SUPPORTED.get(self.scorer) or OWN_SELECTION.get(self.scorer) or HOOKED.get(self.scorer, ())
+        takes = takes or FILE_SCORERS.get(self.scorer, ())
         extra = sorted(set(scorer) - set(takes))
         if extra:
             listed = ", ".join((*WRAPPERS.get(self.press, ()), *takes)) or "none"
@@ -282,8 +295,31 @@ class KVPressPolicy(Policy):
         wrapper, scorer = self._split_settings()
         if "pyramid_beta" in scorer:  # PyramidKVPress's own beta (ours, policy.beta, drives policy.schedule)
             scorer = {**{k: v for k, v in scorer.items() if k != "pyramid_beta"}, "beta": scorer["pyramid_beta"]}
+        if self.files is not None and self.scorer == "ExpectedAttentionStatsPress":
+            scorer["stats_folder"] = self.files  # kvpress's own local-folder option
         press = built_press(kvpress, self.scorer, scorer, compression_ratio=ratio)
         return press if self.inner is None else built_press(kvpress, self.press, wrapper, press=press)
+
+    def layer_press(self, module: nn.Module, ratio: float) -> Any:
+        """The press for one layer's eviction: built, or for a press with per-model files attached once per model."""
+        if self.press not in FILE_SCORERS:
+            return self.build_press(ratio)
+        from restkv.interop.hub_presses import scorer_press
+
+        return scorer_press(self, module, ratio)
+
+    def input_files(self) -> list[Path]:
+        """Besides the stages' files, those of ``policy.files`` (a run's identity hashes their content)."""
+        own = sorted(p for p in Path(self.files).iterdir() if p.is_file()) if self.files is not None else []
+        return [*super().input_files(), *own]
+
+    def check_files(self, name_or_path: str, config: Any) -> None:
+        """Refuse, before any work, a press whose per-model files for the model named ``name_or_path`` (``config``:
+        its config, or None) are neither here nor fetchable (`restkv.interop.press_files`)."""
+        from restkv.interop.hub_presses import file_settings
+
+        require_kvpress()
+        check_press_files(self.press, name_or_path, config, file_settings(self))
 
     def select(self, inputs: LayerInputs, budget: Budget) -> torch.Tensor | HeadSelection | None:
         """The layer's kept positions, ascending: ``[b, h_kv, n]``, or per head for AdaKV-style presses."""
@@ -295,10 +331,10 @@ class KVPressPolicy(Policy):
         call = LayerCalls.current(inputs.layer, inputs.length)
         if self.scorer in EAGER_ONLY and call.attentions is None:
             raise ValueError(f"{self.scorer} reads the attention weights: run it with model.attn_implementation=eager")
-        press = self.build_press(compression_ratio(keep, inputs.length))
+        press = self.layer_press(call.module, compression_ratio(keep, inputs.length))
         keys, values = inputs.keys, inputs.values
         with _with_rotary(call.module), _seeded(inputs.layer, keys.device):
-            if self.press in SUPPORTED or self.press in SCORED_WRAPPERS:
+            if self.press in SUPPORTED or self.press in SCORED_WRAPPERS or self.press in FILE_SCORERS:
                 scores = press.score(call.module, call.hidden_states, keys, values, call.attentions, call.kwargs)
             else:
                 call.module.__dict__.pop("masked_key_indices", None)  # a mask left by an earlier press is not ours

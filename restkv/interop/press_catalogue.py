@@ -11,20 +11,9 @@ against the installed kvpress.
 
 from __future__ import annotations
 
-DOWNLOADS = "it downloads {what} from the Hugging Face hub when attached to the whole model (post_init_from_model)"
-
 REFUSED: dict[str, str] = {
     "BasePress": "it is the base class of every press, not a method",
     "ScorerPress": "it is the base class of the scorer presses, not a method",
-    "QFilterPress": DOWNLOADS.format(what="its per-model filters"),
-    "KVzapPress": DOWNLOADS.format(what="its per-model scoring network"),
-    "ExpectedAttentionStatsPress": DOWNLOADS.format(what="per-model query statistics"),
-    "FastKVzipPress": DOWNLOADS.format(what="its per-model gates"),
-    "RestoreKVPress": DOWNLOADS.format(what="restore embeddings and a LoRA adapter")
-    + " and runs an extra forward with them",
-    "DuoAttentionPress": "it downloads per-model head patterns over HTTP (or scores heads with 50 extra forwards on "
-    "a hub dataset) when attached to the whole model",
-    "LUKVPress": "it downloads a budget curve over HTTP, known for one model only (Llama-3.1-8B-Instruct)",
     "KVComposePress": "it replaces model.model.forward and runs a second, eager forward over the prompt",
     "FinchPress": "it needs the question inside the prefill behind a delimiter token it adds to the tokenizer, and "
     "re-rotates the kept keys",
@@ -65,3 +54,37 @@ DECODING = ("DecodingPress", "CompressionRatioDecodingPress", "CAMPress")
 """Presses that compress while decoding (their context stays entered while the prompt decodes)."""
 SIZED = ("DecodingPress", "CAMPress")
 """Of those, the ones whose budget is a number of tokens (their ``target_size``), not a ratio."""
+
+
+FILE_SCORERS: dict[str, tuple[str, ...]] = {
+    "QFilterPress": (),
+    "KVzapPress": ("model_type",),
+    "ExpectedAttentionStatsPress": ("n_future_positions", "n_sink", "use_covariance", "use_vnorm", "epsilon"),
+}
+"""Scorer presses that load per-model files (`restkv.interop.press_files`), then score through our integration."""
+
+FILE_HOOKED: dict[str, tuple[str, ...]] = {
+    "FastKVzipPress": ("layerwise", "n_sink"),
+    "RestoreKVPress": ("layerwise", "n_sink", "chunk_size"),
+    "DuoAttentionPress": (),
+    "LUKVPress": (),
+}
+"""Presses that load per-model files and run through kvpress's hooks (in `HOOKED` too)."""
+HOOKED.update(FILE_HOOKED)
+HOOKED_WRAPPERS += ("LUKVPress",)
+
+FILES: dict[str, str] = {
+    "QFilterPress": "its filters, from the hub's nthngdy/<model>_qfilt",
+    "KVzapPress": "its scoring network, from the hub's nvidia/KVzap-<model_type>-<model>",
+    "ExpectedAttentionStatsPress": "query statistics, from the hub's alessiodevoto/exp_att_stats_<model>_..., or "
+    "the folder `policy.files` names",
+    "FastKVzipPress": "its gates, from the hub's Jang-Hyun/Fast-KVzip",
+    "RestoreKVPress": "restore embeddings and a LoRA adapter (peft), from the hub's higokri/RestoreKV-<model>",
+    "DuoAttentionPress": "head patterns over HTTP (DuoAttention's GitHub), for the six models kvpress lists, or from "
+    "the folder `policy.files` names; the budget sets the share of streaming heads (met on average, to one head's "
+    "share)",
+    "LUKVPress": "a budget curve over HTTP (LU-KV's GitHub), for Llama-3.1-8B-Instruct over ExpectedAttentionPress "
+    "only, or from the folder `policy.files` names",
+}
+"""What each of those loads per model, and from where (for the docs table); offline, each is refused before any work
+when its files are not here, naming what to fetch."""

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from restkv.interop import compression_ratio
+from restkv.interop.hub_presses import attached, fit_budget
 from restkv.interop.press_catalogue import DECODING, HOOKED, HOOKED_WRAPPERS, SIZED
 
 __all__ = ["DECODING", "HOOKED", "HOOKED_WRAPPERS", "SIZED", "PressHooks", "press_hooks", "route_summary"]
@@ -39,6 +40,8 @@ def hooked_press(policy: Any, ratio: float, target: int) -> Any:
     kvpress = require_kvpress()
     settings = policy.settings()
     own = {k: v for k, v in settings.items() if k in HOOKED[policy.press]}
+    if policy.press == "DuoAttentionPress":  # its budget is a share of heads (`hub_presses.fit_budget`)
+        return built_press(kvpress, policy.press, own)
     if policy.inner is None:
         return built_press(kvpress, policy.press, own, compression_ratio=ratio)
     rest = {k: v for k, v in settings.items() if k not in own}
@@ -49,6 +52,8 @@ def hooked_press(policy: Any, ratio: float, target: int) -> Any:
         return built_press(kvpress, policy.press, own, base_press=inner, target_compression_ratio=ratio)
     if policy.press == "PrefillDecodingPress":
         return built_press(kvpress, policy.press, own, prefilling_press=inner)
+    if policy.press == "LUKVPress":
+        return built_press(kvpress, policy.press, own, press=inner, compression_ratio=ratio)
     return built_press(kvpress, policy.press, own, press=inner)
 
 
@@ -96,7 +101,9 @@ class PressHooks:
         press = hooked_press(self.policy, compression_ratio(keep, tokens), keep)
         self._length = tokens
         self._stack = contextlib.ExitStack()
-        self._stack.enter_context(press(self.model))
+        with attached(self.policy, self.model):  # kvpress loads a hub press's per-model files here (checked first)
+            fit_budget(press, self.model, keep, tokens)
+            self._stack.enter_context(press(self.model))
 
     def _after(self, module: nn.Module, args: tuple, output: Any) -> None:
         if self._stack is None or not self._length:
