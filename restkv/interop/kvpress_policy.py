@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from restkv.allocation import HeadSelection
-from restkv.interop import EXTRA, KVPressMissing, compression_ratio, require_kvpress
+from restkv.interop import EXTRA, KVPressMissing, compression_ratio, press_builds, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
 from restkv.interop.press_catalogue import HOOKED, HOOKED_WRAPPERS, REFUSED
 from restkv.policy import LayerInputs, Policy
@@ -179,6 +179,25 @@ class KVPressPolicy(Policy):
     pyramid_beta: float | None = None
     layerwise: bool | None = None
     compression_interval: int | None = None
+    structured: bool | None = None
+    agg_task: str | None = None
+    agg_group: str | None = None
+    agg_head: str | None = None
+    add_v_norm: bool | None = None
+    add_mean_across_heads: bool | None = None
+    keep_token_lower_bound: int | None = None
+    normalize_scores: bool | None = None
+    rerotate_keys: bool | None = None
+    key_channel_compression_ratio: float | None = None
+    lazy_threshold: float | None = None
+    n_last: int | None = None
+    n_recent: int | None = None
+    n_initial: int | None = None
+    compression_ratios: list[float] | None = None
+    presses: list[str] | None = None
+    threshold: float | None = None
+    sliding_window_size: int | None = None
+    decoding: bool | None = None
 
     allows_allocation: ClassVar[bool] = False  # the press selects per key/value head itself (see `select`)
 
@@ -259,6 +278,10 @@ class KVPressPolicy(Policy):
                 f"KVPressPolicy.{self.stages.schedule.setting} is not allowed with {self.press}: it sets its own "
                 "per-layer budgets (policy.pyramid_beta is its beta)"
             )
+        if self.press in press_builds.BUILT_HERE:
+            press_builds.check_settings(self)
+        if self.press == "ComposedPress":
+            return  # its settings go to its presses (checked just above)
         scorer = self._split_settings()[1]
         takes = SUPPORTED.get(self.scorer) or OWN_SELECTION.get(self.scorer) or HOOKED.get(self.scorer, ())
         extra = sorted(set(scorer) - set(takes))

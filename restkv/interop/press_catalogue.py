@@ -25,16 +25,6 @@ REFUSED: dict[str, str] = {
     "DuoAttentionPress": "it downloads per-model head patterns over HTTP (or scores heads with 50 extra forwards on "
     "a hub dataset) when attached to the whole model",
     "LUKVPress": "it downloads a budget curve over HTTP, known for one model only (Llama-3.1-8B-Instruct)",
-    "KVComposePress": "it replaces model.model.forward and runs a second, eager forward over the prompt",
-    "FinchPress": "it needs the question inside the prefill behind a delimiter token it adds to the tokenizer, and "
-    "re-rotates the kept keys",
-    "ThinKPress": "it zeroes key channels, not tokens; policy.think_ratio is ThinK on any policy here",
-    "SimLayerKVPress": "its lazy layers are chosen by lazy_threshold, not by a budget, so a budget sweep cannot "
-    "drive it",
-    "PerLayerCompressionPress": "its per-layer compression_ratios replace the budget; policy.schedule sets per-layer "
-    "budgets here",
-    "ComposedPress": "it applies several presses in turn, so its budget is a product of ratios, not one budget",
-    "DMSPress": "it evicts by a score threshold (not a budget), during decoding too, through kvpress's mask",
 }
 """Presses that do not run here, and why (each names what to use instead where we have it)."""
 
@@ -47,6 +37,21 @@ HOOKED: dict[str, tuple[str, ...]] = {
     "CAMPress": ("compression_interval",),
     "PrefillDecodingPress": (),
     "MergingPress": (),
+    "KVComposePress": (
+        "structured",
+        "agg_task",
+        "agg_group",
+        "agg_head",
+        "add_v_norm",
+        "add_mean_across_heads",
+        "keep_token_lower_bound",
+    ),
+    "FinchPress": ("chunk_length", "normalize_scores", "rerotate_keys"),
+    "ThinKPress": ("key_channel_compression_ratio", "window_size"),
+    "SimLayerKVPress": ("lazy_threshold", "n_last", "n_recent", "n_initial"),
+    "PerLayerCompressionPress": ("compression_ratios",),
+    "ComposedPress": ("presses",),
+    "DMSPress": ("threshold", "sliding_window_size", "decoding"),
 }
 """Presses run through kvpress's own hooks around our prefill (`restkv.interop.press_hooks`), and the settings each
 takes (besides the budget's ratio or size)."""
@@ -58,6 +63,8 @@ HOOKED_WRAPPERS = (
     "CAMPress",
     "PrefillDecodingPress",
     "MergingPress",
+    "PerLayerCompressionPress",
+    "DMSPress",
 )
 """Of those, the ones that wrap a scorer press (``policy.inner``)."""
 
@@ -65,3 +72,25 @@ DECODING = ("DecodingPress", "CompressionRatioDecodingPress", "CAMPress")
 """Presses that compress while decoding (their context stays entered while the prompt decodes)."""
 SIZED = ("DecodingPress", "CAMPress")
 """Of those, the ones whose budget is a number of tokens (their ``target_size``), not a ratio."""
+
+NOT_BUDGETED: dict[str, str] = {
+    "ThinKPress": "its key_channel_compression_ratio: it zeroes that share of each head's key channels and keeps "
+    "every token",
+    "SimLayerKVPress": "its lazy_threshold: a layer it finds lazy keeps its first n_initial and last n_recent "
+    "tokens, the others keep every token",
+    "PerLayerCompressionPress": "its compression_ratios: each layer keeps the share of the prompt its ratio leaves",
+    "DMSPress": "its threshold: it masks the tokens its inner press scores below it, all but the last "
+    "sliding_window_size (while decoding too with decoding=true)",
+}
+"""Presses on kvpress's hooks that the budget does not drive, and what does. They run on every prompt (not only
+those longer than the budget), and each record says what drove them (``kvpress_driven_by``)."""
+
+QUESTION_WINDOW = ("FinchPress",)
+"""Presses whose observation window is the question, inside the prefill (``protocol=query_aware`` only)."""
+
+REROTATING = ("KeyRerotationPress", "FinchPress")
+"""Presses that re-rotate the kept keys onto positions ``0..kept-1`` (FinchPress unless ``rerotate_keys=false``):
+what follows the prefill continues at position ``kept``, as in kvpress's pipeline."""
+
+COMPOSED_EXTRA = ("ThinKPress",)
+"""Presses ComposedPress may list besides the scorer presses (ThinK's key channels, after the tokens are chosen)."""
