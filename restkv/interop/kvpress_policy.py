@@ -278,7 +278,7 @@ class KVPressPolicy(Policy):
                 f"KVPressPolicy.{self.stages.schedule.setting} is not allowed with {self.press}: it sets its own "
                 "per-layer budgets (policy.pyramid_beta is its beta)"
             )
-        if self.press in press_builds.BUILT_HERE:
+        if self.press in HOOKED:
             press_builds.check_settings(self)
         if self.press == "ComposedPress":
             return  # its settings go to its presses (checked just above)

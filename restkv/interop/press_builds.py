@@ -87,6 +87,12 @@ def check_settings(policy: Any) -> tuple[str, ...]:
     from restkv.interop.kvpress_policy import EAGER_ONLY, SUPPORTED
 
     press, given = policy.press, policy.settings()
+    if press == "KVComposePress" and policy.structured is False:
+        raise ValueError(
+            "KVComposePress with structured=false is not supported: kvpress 0.5.5's unstructured variant masks the "
+            "prompt's evicted pairs but leaves the second copy of the prompt, which its scoring pass appended, in the "
+            "cache, unmasked, so decoding would attend to the whole prompt; use structured=true (its default)"
+        )
     if press == "DMSPress" and policy.threshold is None:
         raise ValueError("DMSPress evicts the tokens its inner press scores below policy.threshold: set it")
     if press == "PerLayerCompressionPress":
