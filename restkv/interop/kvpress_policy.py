@@ -19,7 +19,6 @@ naming the extra, when the runner first asks whether it evicts (before anything 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 import weakref
 from collections.abc import Iterator
@@ -31,8 +30,9 @@ import torch
 from torch import nn
 
 from restkv.allocation import HeadSelection
-from restkv.interop import EXTRA, KVPressMissing, compression_ratio, press_builds, require_kvpress
+from restkv.interop import KVPressMissing, compression_ratio, press_builds, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
+from restkv.interop.press_builds import built_press
 from restkv.interop.press_catalogue import HOOKED, HOOKED_WRAPPERS, REFUSED
 from restkv.policy import LayerInputs, Policy
 from restkv.registry import register_policy
@@ -279,7 +279,7 @@ class KVPressPolicy(Policy):
                 "per-layer budgets (policy.pyramid_beta is its beta)"
             )
         if self.press in HOOKED:
-            press_builds.check_settings(self)
+            press_builds.check_settings(self, SUPPORTED, EAGER_ONLY)
         if self.press == "ComposedPress":
             return  # its settings go to its presses (checked just above)
         scorer = self._split_settings()[1]
@@ -331,19 +331,6 @@ class KVPressPolicy(Policy):
         if tuple(scores.shape) != expected:
             raise RuntimeError(f"{self.press}.score gave scores of shape {tuple(scores.shape)}; expected {expected}")
         return scores.topk(keep, dim=-1).indices.sort(dim=-1).values
-
-
-def built_press(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
-    """kvpress's press ``name`` built with ``settings`` (refused by name where this kvpress lacks one)."""
-    cls = getattr(kvpress, name)
-    known = set(inspect.signature(cls).parameters)
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"the installed kvpress's {name} takes no {', '.join(unknown)} (table: {EXTRA})")
-    try:
-        return cls(**fixed, **settings)
-    except (AssertionError, TypeError, ValueError) as error:
-        raise ValueError(f"kvpress refused {name}({settings}): {error}") from error
 
 
 def _read_back(

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
 from torch import nn
 
-from restkv.interop import compression_ratio, kvpress_kept
+from restkv.interop import EXTRA, compression_ratio, kvpress_kept
 from restkv.interop.press_catalogue import COMPOSED_EXTRA, HOOKED, NOT_BUDGETED
 
 DRIVERS = {
@@ -75,17 +76,17 @@ def driven_by(policy: Any) -> str:
     return f"{name}={value} (not the budget): {NOT_BUDGETED[policy.press]}"
 
 
-def member_settings(name: str) -> tuple[str, ...]:
-    """The settings ComposedPress's member ``name`` takes (besides its compression ratio)."""
-    from restkv.interop.kvpress_policy import SUPPORTED
+def member_settings(name: str, scorers: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The settings ComposedPress's member ``name`` takes (besides its compression ratio); ``scorers``: the scorer
+    presses' settings (`restkv.interop.kvpress_policy.SUPPORTED`)."""
+    return scorers[name] if name in scorers else HOOKED[name]
 
-    return SUPPORTED[name] if name in SUPPORTED else HOOKED[name]
 
+def check_settings(policy: Any, scorers: dict[str, tuple[str, ...]], eager_only: tuple[str, ...]) -> tuple[str, ...]:
+    """Refuse what these presses cannot run with; the settings ``policy.press`` takes, its members' included.
 
-def check_settings(policy: Any) -> tuple[str, ...]:
-    """Refuse what these presses cannot run with; the settings ``policy.press`` takes, its members' included."""
-    from restkv.interop.kvpress_policy import EAGER_ONLY, SUPPORTED
-
+    ``scorers`` are the scorer presses and their settings, ``eager_only`` those that read attention weights (which a
+    press composed after another one would get for the whole prompt)."""
     press, given = policy.press, policy.settings()
     if press == "KVComposePress" and policy.structured is False:
         raise ValueError(
@@ -104,15 +105,15 @@ def check_settings(policy: Any) -> tuple[str, ...]:
             )
     if press != "ComposedPress":
         return HOOKED.get(press, ())
-    allowed = [n for n in (*SUPPORTED, *COMPOSED_EXTRA) if n not in EAGER_ONLY]
+    allowed = [n for n in (*scorers, *COMPOSED_EXTRA) if n not in eager_only]
     members = policy.presses or []
     wrong = [n for n in members if n not in allowed]
-    if wrong or not [n for n in members if n in SUPPORTED]:
+    if wrong or not [n for n in members if n in scorers]:
         raise ValueError(
             f"KVPressPolicy.presses={members!r} is not allowed: ComposedPress needs a list of presses, at least one of "
             f"them a scorer press, from {', '.join(allowed)} (e.g. policy.presses=[SnapKVPress,ThinKPress])"
         )
-    takes = {s for n in members for s in member_settings(n)}
+    takes = {s for n in members for s in member_settings(n, scorers)}
     unused = sorted(set(given) - takes - {"presses"})
     if unused:
         raise ValueError(
@@ -137,16 +138,16 @@ def composed_ratios(evicting: int, keep: int, length: int) -> list[float]:
     return ratios
 
 
-def build(policy: Any, model: nn.Module, keep: int, length: int) -> Any:
-    """The kvpress press of `BUILT_HERE` that ``policy`` names, for a prompt of ``length`` tokens and ``keep`` kept."""
+def build(policy: Any, model: nn.Module, keep: int, length: int, scorers: dict[str, tuple[str, ...]]) -> Any:
+    """The kvpress press of `BUILT_HERE` that ``policy`` names, for a prompt of ``length`` tokens and ``keep`` kept
+    (``scorers``: as for `check_settings`)."""
     from restkv.interop import require_kvpress
-    from restkv.interop.kvpress_policy import built_press
 
     kvpress, name, given = require_kvpress(), policy.press, policy.settings()
     own = {k: v for k, v in given.items() if k in HOOKED[name]}
     rest = {k: v for k, v in given.items() if k not in own}
     if name == "ComposedPress":
-        return _composed(kvpress, policy.presses, rest, keep, length)
+        return _composed(kvpress, policy.presses, rest, keep, length, scorers)
     if name == "FinchPress":
         return _finch(built_press(kvpress, name, own, compression_ratio=compression_ratio(keep, length)), keep)
     if name in ("ThinKPress", "SimLayerKVPress"):
@@ -160,13 +161,11 @@ def build(policy: Any, model: nn.Module, keep: int, length: int) -> Any:
     return built_press(kvpress, name, own, press=inner)
 
 
-def _composed(kvpress: Any, members: list[str], given: dict[str, Any], keep: int, length: int) -> Any:
-    from restkv.interop.kvpress_policy import built_press
-
+def _composed(kvpress: Any, members: list[str], given: dict[str, Any], keep: int, length: int, scorers: dict) -> Any:
     ratios = iter(composed_ratios(sum(1 for n in members if n not in COMPOSED_EXTRA), keep, length))
     presses = []
     for name in members:
-        settings = {k: v for k, v in given.items() if k in member_settings(name)}
+        settings = {k: v for k, v in given.items() if k in member_settings(name, scorers)}
         extra = {} if name in COMPOSED_EXTRA else {"compression_ratio": next(ratios)}
         presses.append(built_press(kvpress, name, settings, **extra))
     return kvpress.ComposedPress(presses=presses)
@@ -182,3 +181,16 @@ def _finch(press: Any, keep: int) -> Any:
     press.delimiter_token_id = NO_DELIMITER
     press.window_size = window
     return press
+
+
+def built_press(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
+    """kvpress's press ``name`` built with ``settings`` (refused by name where this kvpress lacks one)."""
+    cls = getattr(kvpress, name)
+    known = set(inspect.signature(cls).parameters)
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"the installed kvpress's {name} takes no {', '.join(unknown)} (table: {EXTRA})")
+    try:
+        return cls(**fixed, **settings)
+    except (AssertionError, TypeError, ValueError) as error:
+        raise ValueError(f"kvpress refused {name}({settings}): {error}") from error

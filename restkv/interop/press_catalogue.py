@@ -96,9 +96,9 @@ COMPOSED_EXTRA = ("ThinKPress",)
 """Presses ComposedPress may list besides the scorer presses (ThinK's key channels, after the tokens are chosen)."""
 
 HOOKED_HOW: dict[str, str] = {
-    "KVComposePress": "a second, eager pass over the prompt scores it; the budget is the mean per layer, up to kvpress's rounding (it shares "
-    "the whole cache's budget out across layers, so layers keep different counts); `structured=false` is refused "
-    "(kvpress 0.5.5 leaves that pass's copy of the prompt in the cache, unmasked)",
+    "KVComposePress": "a second, eager pass over the prompt scores it; the budget is the mean per layer, up to "
+    "kvpress's rounding (it shares the whole cache's budget out across layers, so layers keep different counts); "
+    "`structured=false` is refused (kvpress 0.5.5 leaves that pass's copy of the prompt in the cache, unmasked)",
     "FinchPress": "its window is the question, inside the prefill (`protocol=query_aware` only; kvpress's delimiter "
     "token is replaced by the question's length); the kept keys are re-rotated and what follows continues at the "
     "kept length",

@@ -44,10 +44,11 @@ def hooked_press(policy: Any, model: nn.Module, keep: int, tokens: int) -> Any:
     """The kvpress press ``policy`` names for a prompt of ``tokens`` of which the budget keeps ``keep``: built for
     that ratio (prefill presses), ``keep`` tokens (decoding presses) or their own settings (`press_builds`)."""
     from restkv.interop import require_kvpress
-    from restkv.interop.kvpress_policy import built_press
+    from restkv.interop.kvpress_policy import SUPPORTED
 
     if policy.press in press_builds.BUILT_HERE:
-        return press_builds.build(policy, model, keep, tokens)
+        return press_builds.build(policy, model, keep, tokens, SUPPORTED)
+    built_press = press_builds.built_press
     kvpress, ratio, target = require_kvpress(), compression_ratio(keep, tokens), keep
     settings = policy.settings()
     own = {k: v for k, v in settings.items() if k in HOOKED[policy.press]}
