@@ -82,7 +82,10 @@ def test_each_press_runs_says_its_route_and_what_drove_it(model, press: str) -> 
     assert torch.isfinite(logits).all()
     assert record.notes["kvpress_route"] == "kvpress_hooks" and record.prompt_length == LENGTH
     driven = record.notes["kvpress_driven_by"]
-    assert driven == "budget" if press not in NOT_BUDGETED else driven.startswith(f"{DRIVERS[press]}=")
+    if press == "ComposedPress":  # the budget for the tokens, ThinK's ratio for the key channels
+        assert driven == "budget (the tokens kept); ThinKPress's key channels: key_channel_compression_ratio=0.25"
+    else:
+        assert driven == "budget" if press not in NOT_BUDGETED else driven.startswith(f"{DRIVERS[press]}=")
     lengths = [layer.keys.shape[2] for layer in cache.layers]
     if press in ("FinchPress", "ComposedPress"):
         assert record.kept == [BUDGET] * 4 and lengths == [BUDGET + STEPS] * 4
@@ -183,14 +186,19 @@ def test_the_runner_records_what_drove_the_press(model, tmp_path: Path) -> None:
     from restkv.eval.run import CONFIGS
 
     overrides = ["model=micro-llama", "bench=micro", "bench.lengths=[512]", "bench.samples=1", "bench.tasks=[passkey]"]
-    for press, extra in [("FinchPress", []), ("ThinKPress", ["policy.key_channel_compression_ratio=0.25"])]:
+    cases = [
+        ("FinchPress", []),
+        ("ComposedPress", ["policy.presses=[SnapKVPress,KnormPress]", "policy.window_size=16"]),
+        ("ThinKPress", ["policy.key_channel_compression_ratio=0.25"]),
+    ]
+    for press, extra in cases:
         given = [*overrides, "policy=kvpress", f"policy.press={press}", "budget=128", "protocol=query_aware", *extra]
         with initialize_config_dir(config_dir=CONFIGS, version_base=None):
             cfg = compose(config_name="config", overrides=[*given, f"out_dir={tmp_path / press}"])
         metrics = run_benchmark(cfg, RunSettings("micro", "micro-llama", "kvpress", given, tmp_path / press))
         assert metrics["cache"]["kvpress_route"] == "kvpress_hooks"
         record = json.loads(next((tmp_path / press).rglob("predictions.jsonl")).read_text().splitlines()[0])
-        if press == "FinchPress":
+        if press != "ThinKPress":
             assert metrics["cache"]["kvpress_driven_by"] == ["budget"] and record["kept_tokens"] == 128
         else:
             assert metrics["cache"]["kvpress_driven_by"][0].startswith("key_channel_compression_ratio=0.25 (not the")

@@ -69,6 +69,9 @@ def question_tokens() -> int:
 
 def driven_by(policy: Any) -> str:
     """What decides what the press keeps, for the records: ``budget``, or its own setting and value."""
+    if policy.press == "ComposedPress" and "ThinKPress" in policy.presses:
+        value = policy.settings().get("key_channel_compression_ratio", "its default")
+        return f"budget (the tokens kept); ThinKPress's key channels: key_channel_compression_ratio={value}"
     if policy.press not in NOT_BUDGETED:
         return "budget"
     name = DRIVERS[policy.press]
