@@ -12,9 +12,10 @@ depend on it (StreamingLLM) see what kvpress would give them.
 Wrappers and presses with their own selection run their ``compress`` here too (`WRAPPERS`, `OWN_SELECTION`);
 presses that need more (extra forwards, re-rotation, decoding-time compression, several presses in turn, their
 own thresholds) run through kvpress's own hooks around our prefill (`restkv.interop.press_hooks`, built in
-`restkv.interop.press_builds`); the rest are refused with the reason (`restkv.interop.press_catalogue`). kvpress is imported only when the policy is built and installed; without it the policy
-still builds (its settings are checked against the table below, made from kvpress 0.5.5) and fails,
-naming the extra, when the runner first asks whether it evicts (before anything is written).
+`restkv.interop.press_builds`); the rest are refused with the reason (`restkv.interop.press_catalogue`).
+kvpress is imported only when the policy is built and installed; without it the policy still builds (its
+settings are checked against the tables below, made from kvpress 0.5.5) and fails, naming the extra, when the
+runner first asks whether it evicts (before anything is written).
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class PressHooks:
         self._inputs = forward_inputs
         self._stack: contextlib.ExitStack | None = None
         self._length = 0
-        self._shift = 0  # positions a re-rotating press moved the prompt's keys back by
+        self._shift: torch.Tensor | None = None  # positions a re-rotating press moved the prompt's keys back by
         self._hooks: list[Any] = []
 
     def __enter__(self) -> PressHooks:
@@ -101,13 +101,17 @@ class PressHooks:
 
     def _before(self, module: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         tokens, cache = self._inputs(self._signature, args, kwargs)
-        fresh = cache is None or cache.get_seq_length() == 0
-        if tokens is None or not fresh or tokens < 2:
-            return self._shifted(args, kwargs) if tokens is not None and not fresh else None
+        if tokens is None:
+            return None
+        if cache is not None and cache.get_seq_length() > 0:
+            return self._shifted(args, kwargs)
         if self._stack is not None:  # a decoding press left entered by the previous prompt
             self._stack.close()
             self._stack = None
-        self._shift = 0
+        if self._shift is not None:
+            self._shift.fill_(0)  # in place: a recorded decoding step reads the current prompt's shift
+        if tokens < 2:
+            return None
         keep = self.budget.tokens(tokens)
         if keep >= tokens and self.policy.press not in NOT_BUDGETED:
             return None
@@ -124,9 +128,15 @@ class PressHooks:
     def _shifted(self, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         """A call after a re-rotated prefill, its positions moved back by the tokens evicted (see the module)."""
         positions = kwargs.get("position_ids")
-        if not self._shift or positions is None:
+        if self._shift is None or positions is None:
             return None
         return args, {**kwargs, "position_ids": positions - self._shift}
+
+    def _set_shift(self, shift: int, device: torch.device) -> None:
+        """Hold the shift in one tensor per device, changed in place (a recorded step replays with the new one)."""
+        if self._shift is None or self._shift.device != device:
+            self._shift = torch.zeros((), dtype=torch.long, device=device)
+        self._shift.fill_(shift)
 
     def _after(self, module: nn.Module, args: tuple, output: Any) -> None:
         if self._stack is None or not self._length:
@@ -139,7 +149,7 @@ class PressHooks:
         cache = getattr(output, "past_key_values", None)
         if cache is not None:
             if self.policy.press in REROTATING and self.policy.settings().get("rerotate_keys", True):
-                self._shift = length - cache.get_seq_length()
+                self._set_shift(length - cache.get_seq_length(), cache.layers[0].keys.device)
             self._write_record(cache, length)
 
     def _write_record(self, cache: Any, length: int) -> None:
