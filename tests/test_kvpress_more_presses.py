@@ -256,3 +256,22 @@ def test_per_layer_ratios_for_another_number_of_layers_are_refused(model) -> Non
     with press_hooks(model, policy, Budget(BUDGET)), torch.no_grad(), pytest.raises(ValueError) as error:
         model(input_ids=prompt(), cache=DynamicCache(config=model.config))
     assert "has 2 ratios; the model has 4 layers: give one per layer" in str(error.value)
+
+
+@pytest.mark.parametrize("press", ["KVComposePress", "SimLayerKVPress", "PerLayerCompressionPress"])
+def test_a_question_after_layers_of_different_lengths_reads_each_layers_cache(model, press: str) -> None:
+    """These presses leave layers of different lengths (kvpress runs them under flash attention only); under our
+    integration a question appended in one call (``protocol=query_agnostic``) gets what token-by-token calls get."""
+    policy, cache = KVPressPolicy(press=press, **KNOBS[press]), DynamicCache(config=model.config)
+    question = torch.randint(3, 8000, (1, 10), generator=torch.Generator().manual_seed(1))
+    with press_hooks(model, policy, Budget(BUDGET)), compress(model, policy, budget=BUDGET), torch.no_grad():
+        model(input_ids=prompt(), cache=cache, position_ids=torch.arange(LENGTH)[None])
+        assert len({layer.keys.shape[2] for layer in cache.layers}) > 1
+        apart = copy.deepcopy(cache)
+        at = torch.arange(LENGTH, LENGTH + 10)[None]
+        whole = model(input_ids=question, cache=cache, position_ids=at).logits
+        steps = [
+            model(input_ids=question[:, i : i + 1], cache=apart, position_ids=at[:, i : i + 1]).logits
+            for i in range(10)
+        ]
+    assert torch.allclose(whole, torch.cat(steps, dim=1), atol=1e-4)
