@@ -133,7 +133,7 @@ class PressHooks:
         return args, {**kwargs, "position_ids": positions - self._shift}
 
     def _set_shift(self, shift: int, device: torch.device) -> None:
-        """Hold the shift in one tensor per device, changed in place (a recorded step replays with the new one)."""
+        """Hold the shift in one tensor, changed in place (a recorded decoding step replays with the new value)."""
         if self._shift is None or self._shift.device != device:
             self._shift = torch.zeros((), dtype=torch.long, device=device)
         self._shift.fill_(shift)
