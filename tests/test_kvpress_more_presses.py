@@ -26,6 +26,7 @@ from restkv.interop.press_hooks import press_hooks
 from restkv.select import Budget
 
 MICRO = Path(__file__).resolve().parents[1] / "models" / "micro-llama"
+TABLE = Path(__file__).resolve().parents[1] / "docs" / "kvpress-presses.md"
 LENGTH, BUDGET, STEPS, QUESTION = 200, 100, 6, 24
 RATIOS = [0.2, 0.4, 0.6, 0.8]
 
@@ -72,6 +73,15 @@ def run(model, policy: KVPressPolicy, steps: int = STEPS):
 
 def test_the_seven_presses_are_no_longer_refused() -> None:
     assert not set(KNOBS) & set(REFUSED) and set(KNOBS) <= set(HOOKED)
+
+
+def test_the_press_table_says_the_route_and_what_the_budget_does_not_drive() -> None:
+    rows = {line.split("`")[1]: line for line in TABLE.read_text().splitlines() if line.startswith("| `")}
+    for press in KNOBS:
+        assert "| yes, kvpress's hooks |" in rows[press]
+        budgetless = press in NOT_BUDGETED
+        assert ("**the budget does not drive it**" in rows[press]) == budgetless
+        assert not budgetless or f"its {DRIVERS[press]}" in rows[press]
 
 
 @pytest.mark.parametrize("press", sorted(KNOBS))
