@@ -121,8 +121,8 @@ def test_the_table_is_the_installed_kvpress() -> None:
 @pytest.mark.parametrize(
     ("press", "reason"),
     [
-        ("KVComposePress", "runs a second, eager forward over the prompt"),
-        ("ThinKPress", "policy.think_ratio is ThinK on any policy here"),
+        ("BasePress", "base class of every press"),
+        ("ScorerPress", "base class of the scorer presses"),
     ],
 )
 def test_other_presses_are_refused_with_the_reason(press: str, reason: str) -> None:

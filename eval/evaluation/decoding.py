@@ -26,6 +26,7 @@ from restkv.devices import model_devices, synchronize
 from restkv.eval.evaluation.prompting import PromptTokens
 from restkv.fastpath import CHECKS
 from restkv.integrate import KVCompressor
+from restkv.interop.press_builds import question_in_prefill
 
 STOP_CHECK_STEPS = {"cpu": 1}
 """Decode steps between two host reads of the "has an EOS come?" flag, per device type (default
@@ -107,7 +108,8 @@ def prefill(
     cache = DynamicCache(config=model.config)
     run = lambda ids, start: forward_tokens(model, ids, cache, start)  # noqa: E731
     if protocol == "query_aware":  # under compression.prefill_chunk, in chunks: the question ends the last one
-        logits = chunked_prefill(compressor, prompt.context + prompt.query, run)
+        with question_in_prefill(len(prompt.query)):  # a press whose window is the question reads its length
+            logits = chunked_prefill(compressor, prompt.context + prompt.query, run)
     else:
         logits = chunked_prefill(compressor, prompt.context, run)
         if prompt.query:

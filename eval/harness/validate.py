@@ -25,6 +25,7 @@ from restkv.eval.harness.settings import (
     check_out_dir,
     value_of,
 )
+from restkv.interop.press_catalogue import QUESTION_WINDOW
 
 __all__ = [
     "RUN_KEY_CHECKS",
@@ -121,6 +122,12 @@ def check_combinations(values: dict[str, Any]) -> None:
         )
     fixed = EVALUATION_PROTOCOLS.get(evaluation)
     protocol = value_of(values, "protocol")
+    press = (values.get("policy") or {}).get("press")
+    if press in QUESTION_WINDOW and protocol != "query_aware":
+        raise ValueError(
+            f"policy.press={press} with protocol={protocol} is not allowed: its window is the question, which must "
+            "be inside the prefill; use protocol=query_aware (evaluation=generate or fidelity)"
+        )
     if fixed is not None and protocol != fixed:
         raise ValueError(
             f"evaluation=multi_turn with protocol={protocol} is not allowed: it compresses the context alone, then "

@@ -12,17 +12,18 @@ depend on it (StreamingLLM) see what kvpress would give them.
 Scorer presses that load per-model files (`press_catalogue.FILE_SCORERS`: Q-filters, KVzap,
 query statistics) score the same way once kvpress has loaded their files for the model
 (`restkv.interop.hub_presses`; offline without the files they are refused before any work,
-`restkv.interop.press_files`). Presses that evict otherwise run through kvpress's own hooks
-(`restkv.interop.press_hooks`) or are refused with the reason. kvpress is imported only when the
-policy is built and installed; without it the policy still builds (its settings are checked against
-the table below, made from kvpress 0.5.5) and fails, naming the extra, when the runner first asks
-whether it evicts (before anything is written).
+`restkv.interop.press_files`). Wrappers and presses with their own selection run their ``compress`` here too
+(`WRAPPERS`, `OWN_SELECTION`); presses that need more (extra forwards, re-rotation, decoding-time compression,
+several presses in turn, their own thresholds) run through kvpress's own hooks around our prefill
+(`restkv.interop.press_hooks`, built in `restkv.interop.press_builds`); the rest are refused with the reason
+(`restkv.interop.press_catalogue`). kvpress is imported only when the policy is built and installed; without it
+the policy still builds (its settings are checked against the tables below, made from kvpress 0.5.5) and fails,
+naming the extra, when the runner first asks whether it evicts (before anything is written).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 import weakref
 from collections.abc import Iterator
@@ -34,8 +35,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from restkv.interop import EXTRA, KVPressMissing, compression_ratio, require_kvpress
+from restkv.interop import EXTRA, KVPressMissing, compression_ratio, press_builds, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
+from restkv.interop.press_builds import built_press
 from restkv.interop.press_catalogue import FILE_SCORERS, HOOKED, HOOKED_WRAPPERS, REFUSED
 from restkv.interop.press_files import check_local_setting, check_press_files
 from restkv.policy import LayerInputs, Policy
@@ -186,6 +188,25 @@ class KVPressPolicy(Policy):
     compression_interval: int | None = None
     model_type: str | None = None
     files: str | None = None
+    structured: bool | None = None
+    agg_task: str | None = None
+    agg_group: str | None = None
+    agg_head: str | None = None
+    add_v_norm: bool | None = None
+    add_mean_across_heads: bool | None = None
+    keep_token_lower_bound: int | None = None
+    normalize_scores: bool | None = None
+    rerotate_keys: bool | None = None
+    key_channel_compression_ratio: float | None = None
+    lazy_threshold: float | None = None
+    n_last: int | None = None
+    n_recent: int | None = None
+    n_initial: int | None = None
+    compression_ratios: list[float] | None = None
+    presses: list[str] | None = None
+    threshold: float | None = None
+    sliding_window_size: int | None = None
+    decoding: bool | None = None
 
     allows_allocation: ClassVar[bool] = False  # the press selects per key/value head itself (see `select`)
 
@@ -271,6 +292,10 @@ class KVPressPolicy(Policy):
             raise ValueError(
                 f"KVPressPolicy.model_type={self.model_type!r} is not allowed: KVzapPress's is linear or mlp"
             )
+        if self.press in HOOKED:
+            press_builds.check_settings(self, SUPPORTED, EAGER_ONLY)
+        if self.press == "ComposedPress":
+            return  # its settings go to its presses (checked just above)
         scorer = self._split_settings()[1]
         takes = SUPPORTED.get(self.scorer) or OWN_SELECTION.get(self.scorer) or HOOKED.get(self.scorer, ())
         takes = takes or FILE_SCORERS.get(self.scorer, ())
@@ -344,19 +369,6 @@ class KVPressPolicy(Policy):
         if tuple(scores.shape) != expected:
             raise RuntimeError(f"{self.press}.score gave scores of shape {tuple(scores.shape)}; expected {expected}")
         return scores.topk(keep, dim=-1).indices.sort(dim=-1).values
-
-
-def built_press(kvpress: Any, name: str, settings: dict[str, Any], **fixed: Any) -> Any:
-    """kvpress's press ``name`` built with ``settings`` (refused by name where this kvpress lacks one)."""
-    cls = getattr(kvpress, name)
-    known = set(inspect.signature(cls).parameters)
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ValueError(f"the installed kvpress's {name} takes no {', '.join(unknown)} (table: {EXTRA})")
-    try:
-        return cls(**fixed, **settings)
-    except (AssertionError, TypeError, ValueError) as error:
-        raise ValueError(f"kvpress refused {name}({settings}): {error}") from error
 
 
 def _read_back(

@@ -14,16 +14,6 @@ from __future__ import annotations
 REFUSED: dict[str, str] = {
     "BasePress": "it is the base class of every press, not a method",
     "ScorerPress": "it is the base class of the scorer presses, not a method",
-    "KVComposePress": "it replaces model.model.forward and runs a second, eager forward over the prompt",
-    "FinchPress": "it needs the question inside the prefill behind a delimiter token it adds to the tokenizer, and "
-    "re-rotates the kept keys",
-    "ThinKPress": "it zeroes key channels, not tokens; policy.think_ratio is ThinK on any policy here",
-    "SimLayerKVPress": "its lazy layers are chosen by lazy_threshold, not by a budget, so a budget sweep cannot "
-    "drive it",
-    "PerLayerCompressionPress": "its per-layer compression_ratios replace the budget; policy.schedule sets per-layer "
-    "budgets here",
-    "ComposedPress": "it applies several presses in turn, so its budget is a product of ratios, not one budget",
-    "DMSPress": "it evicts by a score threshold (not a budget), during decoding too, through kvpress's mask",
 }
 """Presses that do not run here, and why (each names what to use instead where we have it)."""
 
@@ -36,6 +26,21 @@ HOOKED: dict[str, tuple[str, ...]] = {
     "CAMPress": ("compression_interval",),
     "PrefillDecodingPress": (),
     "MergingPress": (),
+    "KVComposePress": (
+        "structured",
+        "agg_task",
+        "agg_group",
+        "agg_head",
+        "add_v_norm",
+        "add_mean_across_heads",
+        "keep_token_lower_bound",
+    ),
+    "FinchPress": ("chunk_length", "normalize_scores", "rerotate_keys"),
+    "ThinKPress": ("key_channel_compression_ratio", "window_size"),
+    "SimLayerKVPress": ("lazy_threshold", "n_last", "n_recent", "n_initial"),
+    "PerLayerCompressionPress": ("compression_ratios",),
+    "ComposedPress": ("presses",),
+    "DMSPress": ("threshold", "sliding_window_size", "decoding"),
 }
 """Presses run through kvpress's own hooks around our prefill (`restkv.interop.press_hooks`), and the settings each
 takes (besides the budget's ratio or size)."""
@@ -47,6 +52,8 @@ HOOKED_WRAPPERS = (
     "CAMPress",
     "PrefillDecodingPress",
     "MergingPress",
+    "PerLayerCompressionPress",
+    "DMSPress",
 )
 """Of those, the ones that wrap a scorer press (``policy.inner``)."""
 
@@ -88,3 +95,38 @@ FILES: dict[str, str] = {
 }
 """What each of those loads per model, and from where (for the docs table); offline, each is refused before any work
 when its files are not here, naming what to fetch."""
+
+NOT_BUDGETED: dict[str, str] = {
+    "ThinKPress": "its key_channel_compression_ratio: it zeroes that share of each head's key channels and keeps "
+    "every token",
+    "SimLayerKVPress": "its lazy_threshold: a layer it finds lazy keeps its first n_initial and last n_recent "
+    "tokens, the others keep every token",
+    "PerLayerCompressionPress": "its compression_ratios: each layer keeps the share of the prompt its ratio leaves",
+    "DMSPress": "its threshold: it masks the tokens its inner press scores below it, all but the last "
+    "sliding_window_size (while decoding too with decoding=true)",
+}
+"""Presses on kvpress's hooks that the budget does not drive, and what does. They run on every prompt (not only
+those longer than the budget), and each record says what drove them (``kvpress_driven_by``)."""
+
+QUESTION_WINDOW = ("FinchPress",)
+"""Presses whose observation window is the question, inside the prefill (``protocol=query_aware`` only)."""
+
+REROTATING = ("KeyRerotationPress", "FinchPress")
+"""Presses that re-rotate the kept keys onto positions ``0..kept-1`` (FinchPress unless ``rerotate_keys=false``):
+what follows the prefill continues at position ``kept``, as in kvpress's pipeline."""
+
+COMPOSED_EXTRA = ("ThinKPress",)
+"""Presses ComposedPress may list besides the scorer presses (ThinK's key channels, after the tokens are chosen)."""
+
+HOOKED_HOW: dict[str, str] = {
+    "KVComposePress": "a second, eager pass over the prompt scores it; the budget is the mean per layer, up to "
+    "kvpress's rounding (it shares the whole cache's budget out across layers, so layers keep different counts); "
+    "`structured=false` is refused (kvpress 0.5.5 leaves that pass's copy of the prompt in the cache, unmasked)",
+    "FinchPress": "its window is the question, inside the prefill (`protocol=query_aware` only; kvpress's delimiter "
+    "token is replaced by the question's length); the kept keys are re-rotated and what follows continues at the "
+    "kept length",
+    "ComposedPress": "`policy.presses=[SnapKVPress,KnormPress,...]` (scorer presses, and ThinKPress) in turn; each "
+    "press that evicts tokens keeps the same share of what reaches it, the last exactly the budget; a setting goes "
+    "to every listed press that takes it",
+}
+"""For the table: how the hooked presses that need more than a ratio run (the budget-free ones: `NOT_BUDGETED`)."""
