@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from restkv.interop import EXTRA, KVPressMissing, compression_ratio, press_builds, require_kvpress
+from restkv.interop import KVPressMissing, compression_ratio, press_builds, require_kvpress
 from restkv.interop.layer_calls import LayerCalls
 from restkv.interop.press_builds import built_press
 from restkv.interop.press_catalogue import FILE_SCORERS, HOOKED, HOOKED_WRAPPERS, REFUSED
