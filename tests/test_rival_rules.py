@@ -209,7 +209,13 @@ def test_a_folder_written_before_the_decode_schedule_resumes() -> None:
     from restkv.eval.harness.identity import with_added_defaults
     from restkv.eval.harness.runner import added_defaults
 
-    compression = {"phase": "prefill", "decode_budget": None, "decode_interval": 32, "decode_schedule": "interval"}
+    compression = {
+        "phase": "prefill",
+        "decode_budget": None,
+        "decode_interval": 32,
+        "decode_schedule": "interval",
+        "prefill_chunk": None,
+    }
     identity = {"config": {"policy": {"window": 32}, "compression": compression}, "inputs": {}}
     older = copy.deepcopy(identity)
     del older["config"]["compression"]["decode_schedule"]
