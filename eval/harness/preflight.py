@@ -17,32 +17,6 @@ import yaml
 
 from restkv.eval.harness.validate import RUN_KEY_CHECKS, suggest
 
-HYDRA_FLAGS = {
-    "-m",
-    "--multirun",
-    "-h",
-    "--help",
-    "--hydra-help",
-    "--version",
-    "-c",
-    "--cfg",
-    "--info",
-    "--resolve",
-    "-p",
-    "--package",
-    "-cn",
-    "--config-name",
-    "-cp",
-    "--config-path",
-    "-cd",
-    "--config-dir",
-    "-sc",
-    "--shell-completion",
-    "--experimental-rerun",
-}
-"""Hydra's own options (``-m`` for a sweep, ``--cfg job`` to print the config, ...): left to Hydra."""
-CHECK_FLAG = "--check"
-"""Ours: check the command (every job of a sweep) and say what it would run, without running it."""
 FLAGS_WITH_VALUE = {
     "-c",
     "--cfg",
@@ -59,6 +33,11 @@ FLAGS_WITH_VALUE = {
     "--shell-completion",
     "--experimental-rerun",
 }
+"""Hydra's options that take the next word as their value."""
+HYDRA_FLAGS = {"-m", "--multirun", "-h", "--help", "--hydra-help", "--version", "--resolve", *FLAGS_WITH_VALUE}
+"""Hydra's own options (``-m`` for a sweep, ``--cfg job`` to print the config, ...): left to Hydra."""
+CHECK_FLAG = "--check"
+"""Ours: check the command (every job of a sweep) and say what it would run, without running it."""
 
 
 class UsageError(ValueError):
