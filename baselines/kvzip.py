@@ -86,14 +86,24 @@ class KVzip(ScoringPassPolicy):
         check_number("KVzip", "n_sink", self.n_sink, low=0, low_open=False, integer=True)
         if self.chunk_size is not None:
             check_number("KVzip", "chunk_size", self.chunk_size, low=1, low_open=False, integer=True)
-        fixed = {"window": (self.window, 1), "gqa": (self.gqa, "max"), "allocation": (self.allocation, "uniform")}
-        fixed |= {"schedule": (self.schedule, "uniform"), "merge": (self.merge, "none")}
-        fixed |= {"think_ratio": (self.think_ratio, 0.0)}
-        for name, (value, allowed) in fixed.items():
+        for name, value, allowed in (("window", self.window, 1), ("gqa", self.gqa, "max")):
             if value != allowed:
                 raise ValueError(
                     f"KVzip.{name}={value!r} is not allowed: KVzip sets it itself ({name}={allowed!r}); "
                     "policy.level picks how the budget is shared"
+                )
+        stages = self.stages
+        changed = (
+            (stages.schedule, stages.schedule.varies_by_layer),
+            (stages.allocation, stages.allocation.headwise or stages.allocation.across_layers),
+            (stages.merge, stages.merge.active),
+            (stages.key_pruning, stages.key_pruning.active),
+        )
+        for stage, asked in changed:
+            if asked:
+                raise ValueError(
+                    f"KVzip.{stage.setting} is not allowed: KVzip scores and shares the budget itself (its "
+                    "scoring pass, policy.level); leave the schedule, allocation, merge and ThinK at their defaults"
                 )
         self._scores: torch.Tensor | None = None
 

@@ -119,6 +119,10 @@ def test_the_extra_passes_are_in_the_latency_entries(model) -> None:
         ({"level": "pair"}, r"level"),
         ({"window": 8}, r"KVzip.window=8 is not allowed"),
         ({"flavour": "paper"}, r"flavour"),
+        ({"schedule": "pyramid"}, r"KVzip.schedule='pyramid' is not allowed"),
+        ({"merge": "cam"}, r"KVzip.merge='cam' is not allowed"),
+        ({"think_ratio": 0.5}, r"KVzip.think_ratio=0.5 is not allowed"),
+        ({"allocation": "adakv"}, r"KVzip.allocation='adakv' is not allowed"),
     ],
 )
 def test_bad_knobs_are_refused(knobs: dict, message: str) -> None:
