@@ -36,7 +36,7 @@ from restkv.storage.varlen import varlen_attention
 
 ACTIVE: weakref.WeakKeyDictionary[nn.Module, Any] = weakref.WeakKeyDictionary()
 """Attention modules under compression -> their `restkv.integrate.KVCompressor` (which imports this module)."""
-_INSTALLED: dict[str, tuple[int, Any]] = {}  # implementation -> (users, previous local entry)
+_INSTALLED: dict[str, tuple[int, Any, Any]] = {}  # implementation -> (users, previous local entry, ours)
 
 
 def _original_attention(module: nn.Module, implementation: str) -> Callable[..., Any]:
@@ -87,7 +87,7 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
     def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *args, **kwargs):
         compressor = ACTIVE.get(module)
         original = previous or _original_attention(module, implementation)
-        if compressor is None:
+        if compressor is None or attention.retired:
             return original(module, query, key, value, *args, **kwargs)
         if query.shape[2] > 1:
             compressor._capture(module, query, kwargs.get("softcap"))
@@ -118,28 +118,38 @@ def capturing_attention(implementation: str, previous: Callable[..., Any] | None
                 module.num_key_value_groups = groups
         return original(module, query, key, value, *args, **kwargs)
 
+    attention.retired = False  # set by `uninstall` when another library registered over it: a pass-through since
     return attention
 
 
 def install(implementation: str) -> None:
     """Register `capturing_attention` for ``implementation`` (counted: one registration for all users)."""
-    users, previous = _INSTALLED.get(implementation, (0, None))
+    users, previous, ours = _INSTALLED.get(implementation, (0, None, None))
     reader_installed(+1)
     if users == 0:
         previous = ALL_ATTENTION_FUNCTIONS._local_mapping.get(implementation)
-        ALL_ATTENTION_FUNCTIONS[implementation] = capturing_attention(implementation, previous)
-    _INSTALLED[implementation] = (users + 1, previous)
+        ours = capturing_attention(implementation, previous)
+        ALL_ATTENTION_FUNCTIONS[implementation] = ours
+    _INSTALLED[implementation] = (users + 1, previous, ours)
 
 
 def uninstall(implementation: str) -> None:
-    """Undo one `install`; the last user restores what was registered before."""
-    users, previous = _INSTALLED[implementation]
+    """Undo one `install`; the last user restores what was registered before.
+
+    Another library may have registered its own function over ours meanwhile (kvpress patches every attention
+    function when it is first imported, which can happen inside a ``compress`` block): its function, which calls
+    ours, then stays registered, and ours is retired (it passes every call through from then on), so that neither
+    loses the other's work.
+    """
+    users, previous, ours = _INSTALLED[implementation]
     reader_installed(-1)
     if users > 1:
-        _INSTALLED[implementation] = (users - 1, previous)
+        _INSTALLED[implementation] = (users - 1, previous, ours)
         return
     del _INSTALLED[implementation]
-    if previous is None:
+    if ALL_ATTENTION_FUNCTIONS._local_mapping.get(implementation) is not ours:
+        ours.retired = True
+    elif previous is None:
         del ALL_ATTENTION_FUNCTIONS[implementation]
     else:
         ALL_ATTENTION_FUNCTIONS[implementation] = previous

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 import pytest
 import torch
@@ -89,3 +90,20 @@ def pytest_report_header(config: pytest.Config) -> str:
     from golden_source import describe
 
     return describe()
+
+
+@contextlib.contextmanager
+def attention_function(name: str, function: Any):
+    """``function`` registered as transformers' ``name`` attention inside the block, and afterwards whatever was
+    registered before (another library's wrapper, such as kvpress's, or nothing): a test never drops it."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    before = ALL_ATTENTION_FUNCTIONS._local_mapping.get(name)
+    ALL_ATTENTION_FUNCTIONS[name] = function
+    try:
+        yield
+    finally:
+        if before is None:
+            ALL_ATTENTION_FUNCTIONS._local_mapping.pop(name, None)
+        else:
+            ALL_ATTENTION_FUNCTIONS[name] = before

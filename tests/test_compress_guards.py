@@ -299,3 +299,37 @@ def test_the_full_cache_policy_is_not_checked(make_model) -> None:
     assert outcome.kept == [PROMPT, PROMPT]
     assert outcome.indices == [None, None]
     assert torch.isnan(outcome.keys[1]).sum() == 2
+
+
+def test_an_attention_function_registered_over_ours_inside_a_block_survives_it(make_model) -> None:
+    """Another library that wraps the registered attention function while a compress block is open (kvpress does,
+    when it is first imported there) keeps its wrapper after the block; the next block still evicts, once."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    model = make_model()
+    implementation = model.config._attn_implementation
+    before = ALL_ATTENTION_FUNCTIONS._local_mapping.get(implementation)
+    calls = []
+    try:
+        with compress(model, SnapKV(window=WINDOW), BUDGET):
+            inner = ALL_ATTENTION_FUNCTIONS[implementation]
+
+            def other_library(*args: Any, **kwargs: Any) -> Any:
+                calls.append(1)
+                return inner(*args, **kwargs)
+
+            ALL_ATTENTION_FUNCTIONS[implementation] = other_library
+        assert ALL_ATTENTION_FUNCTIONS[implementation] is other_library
+        with compress(model, SnapKV(window=WINDOW), BUDGET) as compressor:
+            outcome = prefill(model, compressor, prompt(3))
+        assert calls and outcome.kept == [BUDGET] * len(outcome.kept)
+        ALL_ATTENTION_FUNCTIONS._local_mapping.pop(implementation, None)
+        if before is not None:
+            ALL_ATTENTION_FUNCTIONS[implementation] = before
+        with compress(model, SnapKV(window=WINDOW), BUDGET) as compressor:
+            reference = prefill(model, compressor, prompt(3))
+        outcome.assert_same(reference)  # the retired wrapper in the chain changed nothing
+    finally:
+        ALL_ATTENTION_FUNCTIONS._local_mapping.pop(implementation, None)
+        if before is not None:
+            ALL_ATTENTION_FUNCTIONS[implementation] = before

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import attention_function
 from transformers import DynamicCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -83,12 +84,8 @@ def test_decode_equals_attention_over_kept_tokens(arch: str, policy: Policy, mak
         assert torch.equal(indices[0, :, -WINDOW:], window.expand(heads, -1))
         assert (indices[0].diff(dim=-1) > 0).all(), "kept positions must be distinct and ascending"
 
-    with torch.no_grad():
-        ALL_ATTENTION_FUNCTIONS["sdpa"] = oracle_attention(record.indices, PROMPT)
-        try:
-            reference = model(torch.cat([ids, token], dim=1)).logits[0, -1]
-        finally:
-            del ALL_ATTENTION_FUNCTIONS["sdpa"]
+    with torch.no_grad(), attention_function("sdpa", oracle_attention(record.indices, PROMPT)):
+        reference = model(torch.cat([ids, token], dim=1)).logits[0, -1]
     torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-4)
 
 
@@ -113,12 +110,8 @@ def test_several_tokens_after_eviction_see_kept_tokens_and_each_other_causally(
         positions = torch.arange(PROMPT, PROMPT + 5)[None]
         step = model(extra, cache=cache, position_ids=positions).logits[0]
     assert len(set(compressor.record.kept)) > 1 or policy.schedule == "uniform"
-    with torch.no_grad():
-        ALL_ATTENTION_FUNCTIONS[attn] = oracle_attention(compressor.record.indices, PROMPT)
-        try:
-            reference = model(torch.cat([ids, extra], dim=1)).logits[0, -5:]
-        finally:
-            del ALL_ATTENTION_FUNCTIONS[attn]
+    with torch.no_grad(), attention_function(attn, oracle_attention(compressor.record.indices, PROMPT)):
+        reference = model(torch.cat([ids, extra], dim=1)).logits[0, -5:]
     torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-4)
 
 
@@ -252,10 +245,6 @@ def test_norm_and_last_query_policies_decode_over_their_kept_tokens(arch: str, g
         assert indices.shape == (1, heads, BUDGET) and (indices[0].diff(dim=-1) > 0).all()
         if name == "tova":  # one choice for the whole layer, and the last token kept
             assert (indices[0] == indices[0, :1]).all() and (indices[0, :, -1] == PROMPT - 1).all()
-    with torch.no_grad():
-        ALL_ATTENTION_FUNCTIONS["sdpa"] = oracle_attention(compressor.record.indices, PROMPT)
-        try:
-            reference = model(torch.cat([ids, token], dim=1)).logits[0, -1]
-        finally:
-            del ALL_ATTENTION_FUNCTIONS["sdpa"]
+    with torch.no_grad(), attention_function("sdpa", oracle_attention(compressor.record.indices, PROMPT)):
+        reference = model(torch.cat([ids, token], dim=1)).logits[0, -1]
     torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-4)

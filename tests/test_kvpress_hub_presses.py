@@ -215,7 +215,7 @@ def test_hooked_presses_load_their_hub_files_and_evict_to_the_budget(kvpress, hu
     policy = KVPressPolicy(press=press, layerwise=True)
     assert policy.route == "kvpress_hooks"
     record, lengths = run(model, policy)
-    assert record.notes == {"kvpress_route": "kvpress_hooks", "kvpress_cache": "masked"}
+    assert record.notes == {"kvpress_route": "kvpress_hooks", "kvpress_cache": "masked", "kvpress_driven_by": "budget"}
     kept = sum(sum(heads) for heads in record.head_lengths)
     if press == "FastKVzipPress":  # kvpress masks head-wise: the cache keeps its length
         assert lengths == [LENGTH + STEPS] * LAYERS and kept == LAYERS * KV_HEADS * BUDGET

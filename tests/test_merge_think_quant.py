@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import attention_function
 from transformers import DynamicCache
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import compress, get_policy
 from restkv.baselines import CAM, CriticalKV, SnapKV
@@ -141,12 +141,8 @@ def test_think_zero_fills_the_dropped_channels_and_decodes_over_the_kept_ones(ar
         size = record.sizes[layer]
         assert size.pruned_bytes == 2 * (BUDGET - 4) * 8 * 4
         assert size.logical_bytes == size.allocated_bytes - size.pruned_bytes
-    with torch.no_grad():
-        ALL_ATTENTION_FUNCTIONS["sdpa"] = think_oracle(record.indices, stored, PROMPT)
-        try:
-            reference = model(torch.cat([ids, token], dim=1)).logits[0, -1]
-        finally:
-            del ALL_ATTENTION_FUNCTIONS["sdpa"]
+    with torch.no_grad(), attention_function("sdpa", think_oracle(record.indices, stored, PROMPT)):
+        reference = model(torch.cat([ids, token], dim=1)).logits[0, -1]
     torch.testing.assert_close(step, reference, rtol=1e-4, atol=1e-4)
 
 
