@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import attention_function
 from transformers import DynamicCache
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import compress, get_policy
 from restkv.decoding.eviction import DecodeEviction
@@ -80,12 +80,8 @@ def test_each_step_equals_attention_over_what_the_layer_held(arch: str, name: st
         assert cut, f"layer {layer} never held the decode budget"
         # the window: the most recent tokens stay
         assert all(torch.equal(h[0, 0, -WINDOW:], torch.arange(h[0, 0, -1] - WINDOW + 1, h[0, 0, -1] + 1)) for h in cut)
-    ALL_ATTENTION_FUNCTIONS["sdpa"] = oracle(log)
-    try:
-        with torch.no_grad():
-            expected = model(tokens).logits[0, PROMPT:]  # row PROMPT + s: the step that fed decoded token s
-    finally:
-        del ALL_ATTENTION_FUNCTIONS["sdpa"]
+    with torch.no_grad(), attention_function("sdpa", oracle(log)):
+        expected = model(tokens).logits[0, PROMPT:]  # row PROMPT + s: the step that fed decoded token s
     torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import attention_function
 from transformers import DynamicCache
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from restkv import ReSTKV, compress
 from restkv.baselines import AdaKV, DefensiveKV, HeadKV, SnapKV
@@ -87,12 +87,8 @@ def oracle_attention(record_indices: list, prompt_length: int):
 
 
 def oracle_logits(model, attn: str, indices: list, tokens: torch.Tensor, rows: int) -> torch.Tensor:
-    ALL_ATTENTION_FUNCTIONS[attn] = oracle_attention(indices, PROMPT)
-    try:
-        with torch.no_grad():
-            return model(tokens).logits[0, -rows:]
-    finally:
-        del ALL_ATTENTION_FUNCTIONS[attn]
+    with torch.no_grad(), attention_function(attn, oracle_attention(indices, PROMPT)):
+        return model(tokens).logits[0, -rows:]
 
 
 def decode(model, policy: Policy, layout: str = "auto", reserve: int = 0, steps: int = STEPS):

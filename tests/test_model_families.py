@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import attention_function
 from transformers import (
     DynamicCache,
     Gemma2Config,
@@ -167,17 +168,11 @@ def test_decoding_after_eviction_equals_the_oracle(name: str, attn: str, policy_
     import sys
 
     eager = sys.modules[type(model).__module__].eager_attention_forward
-    ALL_ATTENTION_FUNCTIONS[attn] = oracle(record, windowed, original or eager)
-    try:
+    with attention_function(attn, oracle(record, windowed, original or eager)):
         for step in range(STEPS):
             with torch.no_grad():
                 expected = model(tokens[:, : PROMPT + step + 1]).logits[0, -1]
             torch.testing.assert_close(logits[step], expected, rtol=1e-4, atol=1e-4)
-    finally:
-        if original is None:
-            del ALL_ATTENTION_FUNCTIONS[attn]
-        else:
-            ALL_ATTENTION_FUNCTIONS[attn] = original
 
 
 def test_gemma2_window_scores_are_soft_capped() -> None:
