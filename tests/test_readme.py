@@ -58,7 +58,9 @@ def test_quickstart_retrieves_the_pass_key(monkeypatch, capsys) -> None:
 def test_new_policy_example(monkeypatch, capsys) -> None:
     from restkv import registry
 
-    # the example registers "keynorm": in a copy of the registry, so later tests see the real one
+    # the example registers "keynorm": in a copy of the registry, so later tests see the real one (its plugins
+    # loaded first: loading them into the copy would leave the real registry without them, marked as loaded)
+    registry.policy_names()
     monkeypatch.setattr(registry, "_POLICIES", dict(registry._POLICIES))
     monkeypatch.chdir(ROOT)
     runpy.run_path(str(EXAMPLES / "keynorm_policy.py"), run_name="__main__")
