@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 from transformers import (
+    DynamicCache,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -107,3 +108,27 @@ def attention_function(name: str, function: Any):
             ALL_ATTENTION_FUNCTIONS._local_mapping.pop(name, None)
         else:
             ALL_ATTENTION_FUNCTIONS[name] = before
+
+
+def prefill_and_decode(
+    model: Any, policy: Any, budget: int, ids: torch.Tensor, steps: int, during_prefill: Any = contextlib.nullcontext
+) -> tuple[Any, Any, torch.Tensor, list[Any]]:
+    """Prefill ``ids`` under ``policy`` (kvpress's hooks, for presses on that route, around our ``compress``), then
+    decode ``steps`` greedy tokens at the positions after the prompt, as the runner does: the prefill's record, the
+    cache, the last logits and each layer's kvpress mask right after the prefill. ``during_prefill``: a context
+    entered around the prefill only."""
+    from restkv import compress
+    from restkv.interop.press_hooks import press_hooks
+    from restkv.select import Budget
+
+    length, cache = ids.shape[1], DynamicCache(config=model.config)
+    with press_hooks(model, policy, Budget(budget)), compress(model, policy, budget=budget) as compressor:
+        with torch.no_grad(), during_prefill():
+            logits = model(input_ids=ids, cache=cache, position_ids=torch.arange(length)[None], use_cache=True).logits
+        record, token = compressor.record, logits[:, -1:].argmax(-1)
+        masks = [getattr(m.self_attn, "masked_key_indices", None) for m in model.model.layers]
+        with torch.no_grad():
+            for step in range(steps):
+                logits = model(input_ids=token, cache=cache, position_ids=torch.tensor([[length + step]])).logits
+                token = logits[:, -1:].argmax(-1)
+    return record, cache, logits, masks

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import prefill_and_decode
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from restkv.integrate import compress
@@ -44,15 +45,7 @@ def knobs_for(press: str) -> dict:
 
 def run(model, policy: KVPressPolicy):
     ids = torch.randint(3, 8000, (1, LENGTH), generator=torch.Generator().manual_seed(0))
-    cache = DynamicCache(config=model.config)
-    hooks = press_hooks(model, policy, Budget(BUDGET))
-    with hooks, compress(model, policy, budget=BUDGET) as compressor, torch.no_grad():
-        model(input_ids=ids, cache=cache, position_ids=torch.arange(LENGTH)[None], use_cache=True)
-        record = compressor.record
-        token = ids[:, -1:]
-        for step in range(STEPS):
-            logits = model(input_ids=token, cache=cache, position_ids=torch.tensor([[LENGTH + step]])).logits
-            token = logits[:, -1:].argmax(-1)
+    record, cache, logits, _ = prefill_and_decode(model, policy, BUDGET, ids, STEPS)
     return record, cache, logits
 
 

@@ -19,15 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from conftest import prefill_and_decode
+from transformers import AutoModelForCausalLM
 
-from restkv.integrate import compress
 from restkv.interop import press_files
 from restkv.interop.kvpress_policy import KVPressPolicy
 from restkv.interop.press_catalogue import FILE_HOOKED, FILE_SCORERS, REFUSED
 from restkv.interop.press_files import DUO_BASE, PressFilesMissing, hub_name
-from restkv.interop.press_hooks import press_hooks
-from restkv.select import Budget
 
 MICRO = Path(__file__).resolve().parents[1] / "models" / "micro-llama"
 LENGTH, BUDGET, STEPS = 200, 100, 4
@@ -134,15 +132,7 @@ def lukv_files(folder: Path) -> None:
 
 def run(model, policy: KVPressPolicy):
     ids = torch.randint(3, 8000, (1, LENGTH), generator=torch.Generator().manual_seed(0))
-    cache = DynamicCache(config=model.config)
-    hooks = press_hooks(model, policy, Budget(BUDGET))
-    with hooks, compress(model, policy, budget=BUDGET) as compressor, torch.no_grad():
-        model(input_ids=ids, cache=cache, position_ids=torch.arange(LENGTH)[None], use_cache=True)
-        record = compressor.record
-        token = ids[:, -1:]
-        for step in range(STEPS):
-            logits = model(input_ids=token, cache=cache, position_ids=torch.tensor([[LENGTH + step]])).logits
-            token = logits[:, -1:].argmax(-1)
+    record, cache, logits, _ = prefill_and_decode(model, policy, BUDGET, ids, STEPS)
     assert torch.isfinite(logits).all()
     return record, [layer.keys.shape[2] for layer in cache.layers]
 

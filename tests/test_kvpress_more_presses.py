@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import prefill_and_decode
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from restkv.integrate import compress
@@ -58,17 +59,7 @@ def prompt() -> torch.Tensor:
 
 def run(model, policy: KVPressPolicy, steps: int = STEPS):
     """Prefill (the last `QUESTION` tokens said to be the question) and ``steps`` greedy tokens, as the runner does."""
-    ids, cache = prompt(), DynamicCache(config=model.config)
-    with press_hooks(model, policy, Budget(BUDGET)), compress(model, policy, budget=BUDGET) as compressor:
-        with torch.no_grad(), question_in_prefill(QUESTION):
-            logits = model(input_ids=ids, cache=cache, position_ids=torch.arange(LENGTH)[None], use_cache=True).logits
-        record, token = compressor.record, logits[:, -1:].argmax(-1)
-        masks = [getattr(m.self_attn, "masked_key_indices", None) for m in model.model.layers]
-        with torch.no_grad():
-            for step in range(steps):
-                logits = model(input_ids=token, cache=cache, position_ids=torch.tensor([[LENGTH + step]])).logits
-                token = logits[:, -1:].argmax(-1)
-    return record, cache, logits, masks
+    return prefill_and_decode(model, policy, BUDGET, prompt(), steps, lambda: question_in_prefill(QUESTION))
 
 
 def test_the_seven_presses_are_no_longer_refused() -> None:

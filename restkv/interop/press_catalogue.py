@@ -17,6 +17,14 @@ REFUSED: dict[str, str] = {
 }
 """Presses that do not run here, and why (each names what to use instead where we have it)."""
 
+FILE_HOOKED: dict[str, tuple[str, ...]] = {
+    "FastKVzipPress": ("layerwise", "n_sink"),
+    "RestoreKVPress": ("layerwise", "n_sink", "chunk_size"),
+    "DuoAttentionPress": (),
+    "LUKVPress": (),
+}
+"""Presses that load per-model files and run through kvpress's hooks (part of `HOOKED`)."""
+
 HOOKED: dict[str, tuple[str, ...]] = {
     "KVzipPress": ("layerwise", "n_sink", "chunk_size"),
     "KVgradPress": ("layerwise", "n_sink", "chunk_size"),
@@ -41,6 +49,7 @@ HOOKED: dict[str, tuple[str, ...]] = {
     "PerLayerCompressionPress": ("compression_ratios",),
     "ComposedPress": ("presses",),
     "DMSPress": ("threshold", "sliding_window_size", "decoding"),
+    **FILE_HOOKED,
 }
 """Presses run through kvpress's own hooks around our prefill (`restkv.interop.press_hooks`), and the settings each
 takes (besides the budget's ratio or size)."""
@@ -54,6 +63,7 @@ HOOKED_WRAPPERS = (
     "MergingPress",
     "PerLayerCompressionPress",
     "DMSPress",
+    "LUKVPress",
 )
 """Of those, the ones that wrap a scorer press (``policy.inner``)."""
 
@@ -70,15 +80,6 @@ FILE_SCORERS: dict[str, tuple[str, ...]] = {
 }
 """Scorer presses that load per-model files (`restkv.interop.press_files`), then score through our integration."""
 
-FILE_HOOKED: dict[str, tuple[str, ...]] = {
-    "FastKVzipPress": ("layerwise", "n_sink"),
-    "RestoreKVPress": ("layerwise", "n_sink", "chunk_size"),
-    "DuoAttentionPress": (),
-    "LUKVPress": (),
-}
-"""Presses that load per-model files and run through kvpress's hooks (in `HOOKED` too)."""
-HOOKED.update(FILE_HOOKED)
-HOOKED_WRAPPERS += ("LUKVPress",)
 
 FILES: dict[str, str] = {
     "QFilterPress": "its filters, from the hub's nthngdy/<model>_qfilt",
